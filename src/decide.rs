@@ -1,0 +1,167 @@
+//! The decision after a failed attempt: one exhaustive function of the class and an
+//! explicit context. It says what to do and why; the why goes to the ledger and to
+//! the client's error.
+#![deny(clippy::wildcard_enum_match_arm)]
+
+use serde::Serialize;
+
+use crate::failure::{Billing, FailureClass};
+use crate::policy::plan::Mode;
+
+/// The state of the policy's alternate for this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlternateState {
+    /// The policy names no alternate for this model.
+    None,
+    /// Named, and not yet used.
+    Available { same_upstream: bool, fits_ceiling: bool },
+    /// The failed attempt was already on the alternate: a request reaches at most two
+    /// destinations.
+    AlreadyUsed,
+}
+
+/// Everything the decision depends on besides the class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Context {
+    pub mode: Mode,
+    /// Billing of every attempt before the one that just failed, worst first.
+    pub earlier_billing: Billing,
+    pub alternate: AlternateState,
+    /// The credential source now yields a different secret than the one just used.
+    pub credential_changed: bool,
+    /// This destination was already retried once with a re-read credential.
+    pub already_retried: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Client-side class: return the upstream's error, make no further call.
+    Refuse,
+    /// Rotated key: rebuild the client and send once more to the same destination.
+    RetrySame,
+    /// Send to the alternate.
+    FailOver,
+    /// Provider-side class, but failover is not allowed: the request fails.
+    Stop,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Refuse => "refuse",
+            Action::RetrySame => "retry",
+            Action::FailOver => "failover",
+            Action::Stop => "stop",
+        }
+    }
+}
+
+/// Why the decision was taken; rendered into the ledger's `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Why {
+    ClientSideClass,
+    CredentialRotated,
+    CredentialUnchanged,
+    AlreadyRetried,
+    NoAlternate,
+    AlternateAlreadyUsed,
+    SameUpstream,
+    HardCeilingMaybeBilled,
+    AlternateOverCeiling,
+    ProviderSideClass,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub action: Action,
+    pub why: Why,
+    pub class: FailureClass,
+}
+
+impl Decision {
+    /// A sentence for the ledger and the client's error.
+    pub fn reason(&self) -> String {
+        let c = self.class;
+        match self.why {
+            Why::ClientSideClass => format!("{c} is not the provider's fault: any other vendor would answer the same, so no further call is made"),
+            Why::CredentialRotated => "auth failed and the credential source now yields a different key: retrying once with it".into(),
+            Why::CredentialUnchanged => "auth failed and the credential is unchanged: no further call is made".into(),
+            Why::AlreadyRetried => format!("{c} after retrying with the rotated credential: no further call is made"),
+            Why::NoAlternate => format!("{c} is provider-side, but the policy names no alternate for this model"),
+            Why::AlternateAlreadyUsed => format!("{c} on the alternate: a request reaches at most two destinations"),
+            Why::SameUpstream => format!("{c}: the alternate is the same upstream as the destination that failed, so calling it is skipped"),
+            Why::HardCeilingMaybeBilled => format!("{c} may have been billed: under a hard ceiling a request makes at most one potentially billable attempt"),
+            Why::AlternateOverCeiling => format!("{c}: the alternate's worst case does not fit the ceiling"),
+            Why::ProviderSideClass => format!("{c} is provider-side: failing over to the alternate"),
+        }
+    }
+}
+
+fn d(action: Action, why: Why, class: FailureClass) -> Decision {
+    Decision { action, why, class }
+}
+
+/// What to do after an attempt failed with `class` (DESIGN 5).
+pub fn decide(class: FailureClass, ctx: &Context) -> Decision {
+    match class {
+        FailureClass::Auth => {
+            if ctx.already_retried {
+                d(Action::Refuse, Why::AlreadyRetried, class)
+            } else if ctx.credential_changed {
+                d(Action::RetrySame, Why::CredentialRotated, class)
+            } else {
+                d(Action::Refuse, Why::CredentialUnchanged, class)
+            }
+        }
+        FailureClass::ModelNotFound
+        | FailureClass::ContextLength
+        | FailureClass::ContentRefusal
+        | FailureClass::Malformed => d(Action::Refuse, Why::ClientSideClass, class),
+        FailureClass::RateLimited
+        | FailureClass::Overloaded
+        | FailureClass::ServerError
+        | FailureClass::Connect
+        | FailureClass::CircuitOpen
+        | FailureClass::Timeout
+        | FailureClass::Dropped
+        | FailureClass::Unclassified => fail_over_or_stop(class, ctx),
+    }
+}
+
+fn fail_over_or_stop(class: FailureClass, ctx: &Context) -> Decision {
+    let (same_upstream, fits) = match ctx.alternate {
+        AlternateState::None => return d(Action::Stop, Why::NoAlternate, class),
+        AlternateState::AlreadyUsed => return d(Action::Stop, Why::AlternateAlreadyUsed, class),
+        AlternateState::Available { same_upstream, fits_ceiling } => (same_upstream, fits_ceiling),
+    };
+    if same_upstream {
+        return d(Action::Stop, Why::SameUpstream, class);
+    }
+    let billed_so_far = ctx.earlier_billing.max(class.billing());
+    match ctx.mode {
+        Mode::Hard if billed_so_far != Billing::NotBilled => {
+            return d(Action::Stop, Why::HardCeilingMaybeBilled, class);
+        }
+        Mode::Hard | Mode::Soft => {}
+    }
+    if !fits {
+        return d(Action::Stop, Why::AlternateOverCeiling, class);
+    }
+    d(Action::FailOver, Why::ProviderSideClass, class)
+}
+
+/// Whether `class` would reach the alternate under `mode`, assuming it is configured,
+/// distinct, fits, and nothing before was billed (`purser classify`, `explain`).
+pub fn fails_over(class: FailureClass, mode: Mode) -> bool {
+    let ctx = Context {
+        mode,
+        earlier_billing: Billing::NotBilled,
+        alternate: AlternateState::Available { same_upstream: false, fits_ceiling: true },
+        credential_changed: false,
+        already_retried: false,
+    };
+    decide(class, &ctx).action == Action::FailOver
+}

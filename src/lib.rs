@@ -1,0 +1,20 @@
+//! purser: an LLM gateway whose heart is a budget-enforcing policy engine.
+//!
+//! A request flows through the modules in this order:
+//!
+//! ```text
+//! policy (config → plan) → selection → failure (classify) → decide → breaker
+//!        → ledger → gateway (the loop) → http (response)
+//! ```
+//!
+//! `money`, `ids` and `clock` are the shared vocabulary; `cli` wires commands to the rest.
+
+pub mod money;
+pub mod ids;
+pub mod clock;
+pub mod policy;
+pub mod selection;
+pub mod failure;
+pub mod decide;
+pub mod breaker;
+pub mod cli;

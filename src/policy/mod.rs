@@ -1,0 +1,13 @@
+//! Policy sets: YAML files → schema-checked documents → a compiled, immutable `Plan`.
+
+pub mod compile;
+pub mod diagnostic;
+pub mod plan;
+pub mod raw;
+pub mod render;
+pub mod schema;
+pub mod source;
+
+pub use compile::{compile_dir, compile_documents};
+pub use diagnostic::{Diagnostic, Diagnostics, Severity};
+pub use plan::Plan;

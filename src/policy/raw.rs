@@ -1,0 +1,163 @@
+//! Serde shapes that mirror the YAML documents. No invariants live here: they are
+//! checked by the schema and by `compile`, which turns these into plan types.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGateway {
+    #[allow(dead_code)]
+    pub kind: String,
+    pub currency: String,
+    pub no_destination_hint: Option<String>,
+    pub circuit: Option<RawCircuit>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCircuit {
+    pub failures: Option<u32>,
+    pub window_s: Option<u64>,
+    pub cooldown_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    Openai,
+    Anthropic,
+    Gemini,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Openai => "openai",
+            Api::Anthropic => "anthropic",
+            Api::Gemini => "gemini",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Pool,
+    #[default]
+    Account,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawCredential {
+    Env(String),
+    File(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    #[allow(dead_code)]
+    pub kind: String,
+    pub id: String,
+    pub api: Api,
+    pub base_url: String,
+    pub jurisdiction: String,
+    #[serde(default)]
+    pub tier: Tier,
+    pub credential: Option<RawCredential>,
+    pub timeout_ms: Option<u64>,
+    pub circuit: Option<RawCircuit>,
+    pub models: BTreeMap<String, RawModel>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    pub upstream: Option<String>,
+    pub context_window: u64,
+    pub input_per_mtok: String,
+    pub output_per_mtok: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    #[allow(dead_code)]
+    pub kind: String,
+    pub id: String,
+    pub clients: Vec<RawClient>,
+    pub models: Vec<String>,
+    pub jurisdictions: Vec<String>,
+    pub ceiling: RawCeiling,
+    pub max_output_tokens: u64,
+    #[serde(default)]
+    pub budgets: Vec<RawBudget>,
+    #[serde(default)]
+    pub alternates: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClient {
+    pub id: String,
+    pub key_sha256: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Hard,
+    Soft,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Hard => "hard",
+            Mode::Soft => "soft",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExceed {
+    #[default]
+    Reject,
+    Clamp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCeiling {
+    pub per_request: String,
+    pub mode: Mode,
+    #[serde(default)]
+    pub on_exceed: OnExceed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    Day,
+    Month,
+}
+
+impl Period {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    pub period: Period,
+    pub limit: String,
+}

@@ -1,0 +1,305 @@
+//! Selection: (plan route, request bounds) → the primary destination and the alternate.
+//!
+//! Pure: no I/O, no clock. The circuit state comes in as a predicate so that the same
+//! function serves the gateway and `purser explain`.
+
+use serde::Serialize;
+
+use crate::money::Money;
+use crate::policy::plan::{Ceiling, Destination, OnExceed, Route};
+
+/// Tokens added per message for role markers and chat-template framing. Generous on
+/// purpose: OpenAI documents 3-4, Anthropic and Gemini templates a few more.
+pub const PER_MESSAGE_OVERHEAD: u64 = 32;
+/// Tokens added once per request (reply priming, tool preamble framing).
+pub const PER_REQUEST_OVERHEAD: u64 = 64;
+
+/// Upper bounds on the tokens one call can consume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TokenBounds {
+    pub input: u64,
+    pub output: u64,
+}
+
+/// Provable input-token bound: no byte-level tokenizer emits more tokens than UTF-8
+/// bytes, so bytes of all text sent plus fixed framing bounds every tokenizer.
+pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
+    text_bytes
+        .saturating_add(messages.saturating_mul(PER_MESSAGE_OVERHEAD))
+        .saturating_add(PER_REQUEST_OVERHEAD)
+}
+
+/// Worst-case cost of one call to `d` with these bounds.
+pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
+    d.cost(b.input, b.output)
+}
+
+/// Why a candidate was not chosen, or that it was.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Chosen,
+    /// Fits, but an earlier candidate was chosen.
+    NotNeeded,
+    ContextTooSmall { needed: u64, window: u64 },
+    OverCeiling { worst_case: Money, ceiling: Money },
+    CircuitOpen,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Considered {
+    pub destination: Destination,
+    pub worst_case: Money,
+    pub verdict: Verdict,
+}
+
+/// The alternate and whether it could take the request within the ceiling.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AlternateFit {
+    pub destination: Destination,
+    pub worst_case: Money,
+    pub fits: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Selected {
+    pub primary: Destination,
+    pub worst_case: Money,
+    /// True when every fitting candidate's circuit is open: the attempt is recorded as
+    /// `circuit_open` with no call made.
+    pub circuit_open: bool,
+    pub bounds: TokenBounds,
+    /// `Some(original)` when `on_exceed: clamp` lowered the output bound to fit.
+    pub clamped_from: Option<u64>,
+    pub alternate: Option<AlternateFit>,
+    pub considered: Vec<Considered>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "refusal", rename_all = "snake_case")]
+pub enum Refusal {
+    /// No destination serves the model in the policy's jurisdictions.
+    NoDestination,
+    /// Some destination exists, but none fits the ceiling (or the context window).
+    DoesNotFit { cheapest_worst_case: Option<Money>, considered: Vec<Considered> },
+}
+
+/// Candidates in selection order: pool first (plan order), then accounts cheapest-first
+/// for this request's bounds (ties by provider id, so the order is stable).
+pub fn ordered(route: &Route, bounds: TokenBounds) -> Vec<(Destination, Money)> {
+    let mut accounts: Vec<(Destination, Money)> = route
+        .accounts
+        .iter()
+        .map(|d| (d.clone(), worst_case(d, bounds)))
+        .collect();
+    accounts.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.provider.cmp(&b.0.provider)));
+    route
+        .pool
+        .iter()
+        .map(|d| (d.clone(), worst_case(d, bounds)))
+        .chain(accounts)
+        .collect()
+}
+
+fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Option<Verdict> {
+    let needed = b.input.saturating_add(b.output);
+    if needed > d.context_window {
+        return Some(Verdict::ContextTooSmall { needed, window: d.context_window });
+    }
+    if wc > ceiling.per_request {
+        return Some(Verdict::OverCeiling { worst_case: wc, ceiling: ceiling.per_request });
+    }
+    None
+}
+
+/// The largest output bound (≥ 1) that makes a call to `d` fit the ceiling and the window.
+pub fn clamp_output(d: &Destination, input: u64, ceiling: Money, requested: u64) -> Option<u64> {
+    let input_cost = d.input_per_mtok.cost_of(input);
+    if input_cost > ceiling || input >= d.context_window {
+        return None;
+    }
+    let room = ceiling.saturating_sub(input_cost);
+    let per_token = d.output_per_mtok.cost_of(1);
+    let by_money = if per_token.is_positive() {
+        let n = (room.decimal() / per_token.decimal()).floor();
+        u64::try_from(n).unwrap_or(u64::MAX)
+    } else {
+        u64::MAX
+    };
+    let by_window = d.context_window - input;
+    let out = requested.min(by_money).min(by_window);
+    (out >= 1).then_some(out)
+}
+
+/// Select the primary for a request: the first candidate that fits and whose circuit is
+/// closed; if every fitting candidate is open, the first fitting one (recorded as
+/// `circuit_open`).
+pub fn select(
+    route: &Route,
+    ceiling: &Ceiling,
+    bounds: TokenBounds,
+    circuit_open: impl Fn(&Destination) -> bool,
+) -> Result<Selected, Refusal> {
+    if route.is_empty() {
+        return Err(Refusal::NoDestination);
+    }
+    let (chosen, considered, bounds, clamped_from) = match pick(route, ceiling, bounds, &circuit_open) {
+        Ok((i, considered)) => (i, considered, bounds, None),
+        Err(considered) => {
+            let clamped = match ceiling.on_exceed {
+                OnExceed::Reject => None,
+                OnExceed::Clamp => ordered(route, bounds).iter().find_map(|(d, _)| {
+                    clamp_output(d, bounds.input, ceiling.per_request, bounds.output)
+                        .map(|out| TokenBounds { input: bounds.input, output: out })
+                }),
+            };
+            match clamped.and_then(|b| pick(route, ceiling, b, &circuit_open).ok().map(|r| (r, b))) {
+                Some(((i, considered), b)) => (i, considered, b, Some(bounds.output)),
+                None => {
+                    let cheapest = considered.iter().map(|c| c.worst_case).min();
+                    return Err(Refusal::DoesNotFit { cheapest_worst_case: cheapest, considered });
+                }
+            }
+        }
+    };
+    let primary = considered[chosen].destination.clone();
+    let worst = considered[chosen].worst_case;
+    let open = considered[chosen].verdict == Verdict::CircuitOpen;
+    let alternate = route.alternate.as_ref().map(|a| {
+        let wc = worst_case(a, bounds);
+        AlternateFit { destination: a.clone(), worst_case: wc, fits: verdict(a, wc, bounds, ceiling).is_none() }
+    });
+    Ok(Selected {
+        primary,
+        worst_case: worst,
+        circuit_open: open,
+        bounds,
+        clamped_from,
+        alternate,
+        considered,
+    })
+}
+
+/// Index of the chosen candidate and the verdict on each, or every verdict if none fits.
+fn pick(
+    route: &Route,
+    ceiling: &Ceiling,
+    bounds: TokenBounds,
+    circuit_open: &impl Fn(&Destination) -> bool,
+) -> Result<(usize, Vec<Considered>), Vec<Considered>> {
+    let mut considered = Vec::new();
+    let mut chosen = None;
+    let mut first_fit_open = None;
+    for (i, (d, wc)) in ordered(route, bounds).into_iter().enumerate() {
+        let v = match verdict(&d, wc, bounds, ceiling) {
+            Some(v) => v,
+            None if chosen.is_some() => Verdict::NotNeeded,
+            None if circuit_open(&d) => {
+                first_fit_open.get_or_insert(i);
+                Verdict::CircuitOpen
+            }
+            None => {
+                chosen = Some(i);
+                Verdict::Chosen
+            }
+        };
+        considered.push(Considered { destination: d, worst_case: wc, verdict: v });
+    }
+    match chosen.or(first_fit_open) {
+        Some(i) => Ok((i, considered)),
+        None => Err(considered),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Jurisdiction, ModelName, ProviderId};
+    use crate::money::PricePerMTok;
+    use crate::policy::plan::{Api, Mode, Tier};
+
+    fn dest(p: &str, tier: Tier, pin: &str, pout: &str, window: u64) -> Destination {
+        Destination {
+            provider: ProviderId::new(p),
+            model: ModelName::new("m"),
+            upstream_model: "m".into(),
+            api: Api::Openai,
+            jurisdiction: Jurisdiction::new("us"),
+            tier,
+            context_window: window,
+            input_per_mtok: PricePerMTok::new(pin.parse().unwrap()),
+            output_per_mtok: PricePerMTok::new(pout.parse().unwrap()),
+        }
+    }
+
+    fn ceiling(c: &str, on_exceed: OnExceed) -> Ceiling {
+        Ceiling { per_request: c.parse().unwrap(), mode: Mode::Hard, on_exceed }
+    }
+
+    #[test]
+    fn worst_case_is_exact_arithmetic() {
+        let d = dest("a", Tier::Account, "0.15", "0.60", 128_000);
+        let b = TokenBounds { input: 1_000, output: 4_096 };
+        // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
+        assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
+        assert_eq!(input_bound(100, 2), 100 + 64 + 64);
+    }
+
+    #[test]
+    fn pool_first_then_cheapest_account_for_this_request() {
+        // b is cheaper on input, c on output: which is cheaper depends on the request.
+        let route = Route {
+            pool: vec![dest("pool", Tier::Pool, "0", "0", 8_000)],
+            accounts: vec![dest("b", Tier::Account, "1", "10", 100_000), dest("c", Tier::Account, "5", "2", 100_000)],
+            alternate: None,
+        };
+        let long_input = TokenBounds { input: 50_000, output: 100 };
+        let names: Vec<_> = ordered(&route, long_input).iter().map(|(d, _)| d.provider.to_string()).collect();
+        assert_eq!(names, ["pool", "b", "c"]);
+        let long_output = TokenBounds { input: 100, output: 50_000 };
+        let names: Vec<_> = ordered(&route, long_output).iter().map(|(d, _)| d.provider.to_string()).collect();
+        assert_eq!(names, ["pool", "c", "b"]);
+        // The pool's window is too small for the long request: first account wins.
+        let s = select(&route, &ceiling("10", OnExceed::Reject), long_input, |_| false).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "b");
+        assert!(matches!(s.considered[0].verdict, Verdict::ContextTooSmall { .. }));
+    }
+
+    #[test]
+    fn over_ceiling_is_refused_or_clamped() {
+        let route = Route { pool: vec![], accounts: vec![dest("a", Tier::Account, "1", "10", 1_000_000)], alternate: None };
+        let b = TokenBounds { input: 1_000, output: 100_000 };
+        // worst case = 0.001 + 1.0 > 0.5
+        let r = select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false);
+        assert!(matches!(r, Err(Refusal::DoesNotFit { .. })));
+        let s = select(&route, &ceiling("0.5", OnExceed::Clamp), b, |_| false).unwrap();
+        // (0.5 - 0.001) / 0.00001 = 49,900 tokens
+        assert_eq!(s.bounds.output, 49_900);
+        assert_eq!(s.clamped_from, Some(100_000));
+        assert!(s.worst_case <= "0.5".parse().unwrap());
+    }
+
+    #[test]
+    fn open_circuit_is_skipped_unless_every_fit_is_open() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![dest("a", Tier::Account, "1", "1", 100_000), dest("b", Tier::Account, "2", "2", 100_000)],
+            alternate: None,
+        };
+        let b = TokenBounds { input: 10, output: 10 };
+        let c = ceiling("1", OnExceed::Reject);
+        let s = select(&route, &c, b, |d| d.provider.as_str() == "a").unwrap();
+        assert_eq!(s.primary.provider.as_str(), "b");
+        assert!(!s.circuit_open);
+        let s = select(&route, &c, b, |_| true).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "a");
+        assert!(s.circuit_open);
+    }
+
+    #[test]
+    fn empty_route_is_no_destination() {
+        let route = Route { pool: vec![], accounts: vec![], alternate: None };
+        let r = select(&route, &ceiling("1", OnExceed::Reject), TokenBounds { input: 1, output: 1 }, |_| false);
+        assert_eq!(r, Err(Refusal::NoDestination));
+    }
+}
