@@ -27,6 +27,10 @@ pub fn compile_documents(docs: Vec<Document>, mut diags: Vec<Diagnostic>) -> Res
     let mut gateways = Vec::new();
     let mut providers = Vec::new();
     let mut policies = Vec::new();
+    let load_failed = diags.iter().any(|d| d.severity == Severity::Error);
+    // Names defined by documents that failed validation: references to them are not
+    // reported again as unknown, which would only repeat the first error.
+    let mut broken = BTreeSet::new();
     for doc in docs {
         let kind = match schema::kind_of(&doc) {
             Ok(k) => k,
@@ -37,6 +41,12 @@ pub fn compile_documents(docs: Vec<Document>, mut diags: Vec<Diagnostic>) -> Res
         };
         let errs = schema::validate(&doc, kind);
         if !errs.is_empty() {
+            if let Some(id) = doc.value.get("id").and_then(|v| v.as_str()) {
+                broken.insert(id.to_string());
+            }
+            if let Some(models) = doc.value.get("models").and_then(|m| m.as_object()) {
+                broken.extend(models.keys().cloned());
+            }
             diags.extend(errs);
             continue;
         }
@@ -46,7 +56,7 @@ pub fn compile_documents(docs: Vec<Document>, mut diags: Vec<Diagnostic>) -> Res
             Kind::Policy => typed::<RawPolicy>(&doc, &mut diags).map(|r| policies.push((doc, r))),
         };
     }
-    let body = Compiler { diags: &mut diags }.compile(gateways, providers, policies);
+    let body = Compiler { diags: &mut diags, broken, load_failed }.compile(gateways, providers, policies);
     diags.sort_by(|a, b| a.at.cmp(&b.at).then(a.code.cmp(b.code)));
     diags.dedup();
     match body {
@@ -68,6 +78,8 @@ fn typed<T: DeserializeOwned>(doc: &Document, diags: &mut Vec<Diagnostic>) -> Op
 
 struct Compiler<'a> {
     diags: &'a mut Vec<Diagnostic>,
+    broken: BTreeSet<String>,
+    load_failed: bool,
 }
 
 fn money(doc: &Document, ptr: &str, text: &str, diags: &mut Vec<Diagnostic>) -> Option<Money> {
@@ -107,6 +119,9 @@ impl Compiler<'_> {
     fn gateway(&mut self, gateways: Vec<(Document, RawGateway)>) -> Option<(String, Option<String>, CircuitConfig)> {
         let mut iter = gateways.into_iter();
         let Some((first_doc, g)) = iter.next() else {
+            if self.load_failed {
+                return None; // a file that could not be read may hold it
+            }
             self.err(
                 "missing-gateway",
                 SourceRef { file: "<policy set>".into(), line: 1, col: 1 },
@@ -250,6 +265,9 @@ impl Compiler<'_> {
             for (i, m) in p.models.iter().enumerate() {
                 let ptr = format!("/models/{i}");
                 if !all_models.contains(m.as_str()) {
+                    if self.broken.contains(m) {
+                        continue;
+                    }
                     self.err(
                         "unknown-model",
                         doc.at(&ptr),
@@ -299,6 +317,9 @@ impl Compiler<'_> {
                 };
                 let Some((prov_id, alt_model)) = target.split_once('/') else { continue };
                 let Some((_, prov)) = providers.get(prov_id) else {
+                    if self.broken.contains(prov_id) {
+                        continue;
+                    }
                     self.err(
                         "unknown-provider",
                         doc.at(&ptr),

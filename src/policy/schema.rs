@@ -80,6 +80,9 @@ pub fn kind_of(doc: &Document) -> Result<Kind, Diagnostic> {
 pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
     let v = validator(kind);
     let mut out = Vec::new();
+    // (object pointer, suggested name) of unknown fields, so that a typo is reported
+    // once, not again as the missing field it was meant to be.
+    let mut suggested: Vec<(String, String)> = Vec::new();
     for err in v.iter_errors(&doc.value) {
         let ptr = err.instance_path().as_str().to_string();
         let field = ptr.rsplit('/').next().unwrap_or("");
@@ -88,6 +91,9 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
                 let allowed = allowed_properties(kind, &ptr);
                 for name in unexpected {
                     let p = format!("{ptr}/{}", seg(name));
+                    if let Some(best) = closest(name, &allowed) {
+                        suggested.push((ptr.clone(), best));
+                    }
                     let where_ = if ptr.is_empty() { "the document".to_string() } else { format!("`{}`", ptr.trim_start_matches('/')) };
                     out.push(
                         Diagnostic::error(
@@ -141,7 +147,19 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
         };
         out.push(d);
     }
+    out.retain(|d| {
+        !(d.code == "missing-field"
+            && suggested.iter().any(|(p, name)| d.message.starts_with(&format!("missing required field `{name}`")) && doc.at(p) == d.at))
+    });
     out
+}
+
+fn closest(name: &str, allowed: &[String]) -> Option<String> {
+    did_you_mean(name, allowed.iter().map(String::as_str))?;
+    allowed
+        .iter()
+        .max_by(|a, b| strsim::jaro_winkler(name, a).total_cmp(&strsim::jaro_winkler(name, b)))
+        .cloned()
 }
 
 fn describe(kind: &ValidationErrorKind, fallback: &str) -> String {

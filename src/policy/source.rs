@@ -49,8 +49,11 @@ pub struct LocationIndex {
 impl LocationIndex {
     fn lookup(&self, file: &str, pointer: &str, key: bool) -> SourceRef {
         let mut p = pointer;
+        let mut exact = true;
         loop {
-            let hit = if key {
+            // An ancestor is best shown by its key: a block mapping's own position is
+            // its first child's line.
+            let hit = if key || !exact {
                 self.keys.get(p).or_else(|| self.values.get(p))
             } else {
                 self.values.get(p)
@@ -63,7 +66,10 @@ impl LocationIndex {
                 };
             }
             match p.rfind('/') {
-                Some(i) => p = &p[..i],
+                Some(i) => {
+                    p = &p[..i];
+                    exact = false;
+                }
                 None => {
                     return SourceRef {
                         file: file.to_string(),
@@ -130,7 +136,10 @@ impl Indexer {
                 p
             }
         };
-        doc.values.insert(path.clone(), pos(mark));
+        // The root's position is the document start, not wherever the parser noticed
+        // the mapping began.
+        let at = if path.is_empty() { (doc.start.0, 1) } else { pos(mark) };
+        doc.values.insert(path.clone(), at);
         if let Some(s) = scalar {
             doc.scalars.insert(path.clone(), s.to_string());
         }
