@@ -33,8 +33,12 @@ impl State {
 enum Inner {
     /// Times (ms) of recent provider-fault failures inside the window.
     Closed(VecDeque<u64>),
-    Open { until_ms: u64 },
-    HalfOpen { probe_out: bool },
+    Open {
+        until_ms: u64,
+    },
+    HalfOpen {
+        probe_out: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -54,7 +58,10 @@ pub enum Permit {
 
 impl Breaker {
     pub fn new(config: CircuitConfig) -> Self {
-        Breaker { config, inner: Mutex::new(Inner::Closed(VecDeque::new())) }
+        Breaker {
+            config,
+            inner: Mutex::new(Inner::Closed(VecDeque::new())),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -109,11 +116,16 @@ impl Breaker {
             Inner::Closed(fails) => {
                 if trips {
                     fails.push_back(now_ms);
-                    while fails.front().is_some_and(|t| now_ms.saturating_sub(*t) >= window) {
+                    while fails
+                        .front()
+                        .is_some_and(|t| now_ms.saturating_sub(*t) >= window)
+                    {
                         fails.pop_front();
                     }
                     if fails.len() >= self.config.failures as usize {
-                        *g = Inner::Open { until_ms: now_ms.saturating_add(cooldown) };
+                        *g = Inner::Open {
+                            until_ms: now_ms.saturating_add(cooldown),
+                        };
                     }
                 }
             }
@@ -121,7 +133,9 @@ impl Breaker {
             // upstream that says "bad request" is up).
             Inner::HalfOpen { .. } | Inner::Open { .. } => {
                 if trips {
-                    *g = Inner::Open { until_ms: now_ms.saturating_add(cooldown) };
+                    *g = Inner::Open {
+                        until_ms: now_ms.saturating_add(cooldown),
+                    };
                 } else if class != Some(FailureClass::CircuitOpen) {
                     *g = Inner::Closed(VecDeque::new());
                 }
@@ -161,7 +175,9 @@ impl Breakers {
     }
 
     pub fn is_open(&self, id: &ProviderId) -> bool {
-        self.map.get(id).is_some_and(|b| b.is_open(self.clock.now_ms()))
+        self.map
+            .get(id)
+            .is_some_and(|b| b.is_open(self.clock.now_ms()))
     }
 
     pub fn states(&self) -> impl Iterator<Item = (&ProviderId, State)> {
@@ -175,7 +191,11 @@ mod tests {
     use super::*;
 
     fn cfg() -> CircuitConfig {
-        CircuitConfig { failures: 3, window_s: 10, cooldown_s: 5 }
+        CircuitConfig {
+            failures: 3,
+            window_s: 10,
+            cooldown_s: 5,
+        }
     }
 
     #[test]
@@ -202,7 +222,14 @@ mod tests {
     fn client_faults_and_circuit_open_never_count() {
         let b = Breaker::new(cfg());
         for _ in 0..10 {
-            for c in [FailureClass::Auth, FailureClass::Malformed, FailureClass::ContentRefusal, FailureClass::ContextLength, FailureClass::ModelNotFound, FailureClass::CircuitOpen] {
+            for c in [
+                FailureClass::Auth,
+                FailureClass::Malformed,
+                FailureClass::ContentRefusal,
+                FailureClass::ContextLength,
+                FailureClass::ModelNotFound,
+                FailureClass::CircuitOpen,
+            ] {
                 b.record(Some(c), 0);
             }
         }

@@ -16,8 +16,10 @@ pub struct SystemClock {
 }
 
 impl SystemClock {
-    pub fn new() -> Arc<dyn Clock> {
-        Arc::new(SystemClock { start: Instant::now() })
+    pub fn shared() -> Arc<dyn Clock> {
+        Arc::new(SystemClock {
+            start: Instant::now(),
+        })
     }
 }
 
@@ -38,7 +40,10 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(wall_start: time::OffsetDateTime) -> Arc<ManualClock> {
-        Arc::new(ManualClock { ms: AtomicU64::new(0), wall_start })
+        Arc::new(ManualClock {
+            ms: AtomicU64::new(0),
+            wall_start,
+        })
     }
     pub fn advance_ms(&self, ms: u64) {
         self.ms.fetch_add(ms, Ordering::SeqCst);
@@ -50,6 +55,7 @@ impl Clock for ManualClock {
         self.ms.load(Ordering::SeqCst)
     }
     fn wall(&self) -> time::OffsetDateTime {
-        self.wall_start + time::Duration::milliseconds(i64::try_from(self.now_ms()).unwrap_or(i64::MAX))
+        self.wall_start
+            + time::Duration::milliseconds(i64::try_from(self.now_ms()).unwrap_or(i64::MAX))
     }
 }

@@ -15,7 +15,10 @@ pub enum AlternateState {
     /// The policy names no alternate for this model.
     None,
     /// Named, and not yet used.
-    Available { same_upstream: bool, fits_ceiling: bool },
+    Available {
+        same_upstream: bool,
+        fits_ceiling: bool,
+    },
     /// The failed attempt was already on the alternate: a request reaches at most two
     /// destinations.
     AlreadyUsed,
@@ -135,7 +138,10 @@ fn fail_over_or_stop(class: FailureClass, ctx: &Context) -> Decision {
     let (same_upstream, fits) = match ctx.alternate {
         AlternateState::None => return d(Action::Stop, Why::NoAlternate, class),
         AlternateState::AlreadyUsed => return d(Action::Stop, Why::AlternateAlreadyUsed, class),
-        AlternateState::Available { same_upstream, fits_ceiling } => (same_upstream, fits_ceiling),
+        AlternateState::Available {
+            same_upstream,
+            fits_ceiling,
+        } => (same_upstream, fits_ceiling),
     };
     if same_upstream {
         return d(Action::Stop, Why::SameUpstream, class);
@@ -159,7 +165,10 @@ pub fn fails_over(class: FailureClass, mode: Mode) -> bool {
     let ctx = Context {
         mode,
         earlier_billing: Billing::NotBilled,
-        alternate: AlternateState::Available { same_upstream: false, fits_ceiling: true },
+        alternate: AlternateState::Available {
+            same_upstream: false,
+            fits_ceiling: true,
+        },
         credential_changed: false,
         already_retried: false,
     };

@@ -9,12 +9,12 @@
 //!
 //! `money`, `ids` and `clock` are the shared vocabulary; `cli` wires commands to the rest.
 
-pub mod money;
-pub mod ids;
-pub mod clock;
-pub mod policy;
-pub mod selection;
-pub mod failure;
-pub mod decide;
 pub mod breaker;
 pub mod cli;
+pub mod clock;
+pub mod decide;
+pub mod failure;
+pub mod ids;
+pub mod money;
+pub mod policy;
+pub mod selection;

@@ -41,8 +41,14 @@ pub enum Verdict {
     Chosen,
     /// Fits, but an earlier candidate was chosen.
     NotNeeded,
-    ContextTooSmall { needed: u64, window: u64 },
-    OverCeiling { worst_case: Money, ceiling: Money },
+    ContextTooSmall {
+        needed: u64,
+        window: u64,
+    },
+    OverCeiling {
+        worst_case: Money,
+        ceiling: Money,
+    },
     CircuitOpen,
 }
 
@@ -81,7 +87,10 @@ pub enum Refusal {
     /// No destination serves the model in the policy's jurisdictions.
     NoDestination,
     /// Some destination exists, but none fits the ceiling (or the context window).
-    DoesNotFit { cheapest_worst_case: Option<Money>, considered: Vec<Considered> },
+    DoesNotFit {
+        cheapest_worst_case: Option<Money>,
+        considered: Vec<Considered>,
+    },
 }
 
 /// Candidates in selection order: pool first (plan order), then accounts cheapest-first
@@ -104,10 +113,16 @@ pub fn ordered(route: &Route, bounds: TokenBounds) -> Vec<(Destination, Money)> 
 fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Option<Verdict> {
     let needed = b.input.saturating_add(b.output);
     if needed > d.context_window {
-        return Some(Verdict::ContextTooSmall { needed, window: d.context_window });
+        return Some(Verdict::ContextTooSmall {
+            needed,
+            window: d.context_window,
+        });
     }
     if wc > ceiling.per_request {
-        return Some(Verdict::OverCeiling { worst_case: wc, ceiling: ceiling.per_request });
+        return Some(Verdict::OverCeiling {
+            worst_case: wc,
+            ceiling: ceiling.per_request,
+        });
     }
     None
 }
@@ -143,31 +158,45 @@ pub fn select(
     if route.is_empty() {
         return Err(Refusal::NoDestination);
     }
-    let (chosen, considered, bounds, clamped_from) = match pick(route, ceiling, bounds, &circuit_open) {
-        Ok((i, considered)) => (i, considered, bounds, None),
-        Err(considered) => {
-            let clamped = match ceiling.on_exceed {
-                OnExceed::Reject => None,
-                OnExceed::Clamp => ordered(route, bounds).iter().find_map(|(d, _)| {
-                    clamp_output(d, bounds.input, ceiling.per_request, bounds.output)
-                        .map(|out| TokenBounds { input: bounds.input, output: out })
-                }),
-            };
-            match clamped.and_then(|b| pick(route, ceiling, b, &circuit_open).ok().map(|r| (r, b))) {
-                Some(((i, considered), b)) => (i, considered, b, Some(bounds.output)),
-                None => {
-                    let cheapest = considered.iter().map(|c| c.worst_case).min();
-                    return Err(Refusal::DoesNotFit { cheapest_worst_case: cheapest, considered });
+    let (chosen, considered, bounds, clamped_from) =
+        match pick(route, ceiling, bounds, &circuit_open) {
+            Ok((i, considered)) => (i, considered, bounds, None),
+            Err(considered) => {
+                let clamped = match ceiling.on_exceed {
+                    OnExceed::Reject => None,
+                    OnExceed::Clamp => ordered(route, bounds).iter().find_map(|(d, _)| {
+                        clamp_output(d, bounds.input, ceiling.per_request, bounds.output).map(
+                            |out| TokenBounds {
+                                input: bounds.input,
+                                output: out,
+                            },
+                        )
+                    }),
+                };
+                match clamped
+                    .and_then(|b| pick(route, ceiling, b, &circuit_open).ok().map(|r| (r, b)))
+                {
+                    Some(((i, considered), b)) => (i, considered, b, Some(bounds.output)),
+                    None => {
+                        let cheapest = considered.iter().map(|c| c.worst_case).min();
+                        return Err(Refusal::DoesNotFit {
+                            cheapest_worst_case: cheapest,
+                            considered,
+                        });
+                    }
                 }
             }
-        }
-    };
+        };
     let primary = considered[chosen].destination.clone();
     let worst = considered[chosen].worst_case;
     let open = considered[chosen].verdict == Verdict::CircuitOpen;
     let alternate = route.alternate.as_ref().map(|a| {
         let wc = worst_case(a, bounds);
-        AlternateFit { destination: a.clone(), worst_case: wc, fits: verdict(a, wc, bounds, ceiling).is_none() }
+        AlternateFit {
+            destination: a.clone(),
+            worst_case: wc,
+            fits: verdict(a, wc, bounds, ceiling).is_none(),
+        }
     });
     Ok(Selected {
         primary,
@@ -203,7 +232,11 @@ fn pick(
                 Verdict::Chosen
             }
         };
-        considered.push(Considered { destination: d, worst_case: wc, verdict: v });
+        considered.push(Considered {
+            destination: d,
+            worst_case: wc,
+            verdict: v,
+        });
     }
     match chosen.or(first_fit_open) {
         Some(i) => Ok((i, considered)),
@@ -233,13 +266,20 @@ mod tests {
     }
 
     fn ceiling(c: &str, on_exceed: OnExceed) -> Ceiling {
-        Ceiling { per_request: c.parse().unwrap(), mode: Mode::Hard, on_exceed }
+        Ceiling {
+            per_request: c.parse().unwrap(),
+            mode: Mode::Hard,
+            on_exceed,
+        }
     }
 
     #[test]
     fn worst_case_is_exact_arithmetic() {
         let d = dest("a", Tier::Account, "0.15", "0.60", 128_000);
-        let b = TokenBounds { input: 1_000, output: 4_096 };
+        let b = TokenBounds {
+            input: 1_000,
+            output: 4_096,
+        };
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
         assert_eq!(input_bound(100, 2), 100 + 64 + 64);
@@ -250,25 +290,53 @@ mod tests {
         // b is cheaper on input, c on output: which is cheaper depends on the request.
         let route = Route {
             pool: vec![dest("pool", Tier::Pool, "0", "0", 8_000)],
-            accounts: vec![dest("b", Tier::Account, "1", "10", 100_000), dest("c", Tier::Account, "5", "2", 100_000)],
+            accounts: vec![
+                dest("b", Tier::Account, "1", "10", 100_000),
+                dest("c", Tier::Account, "5", "2", 100_000),
+            ],
             alternate: None,
         };
-        let long_input = TokenBounds { input: 50_000, output: 100 };
-        let names: Vec<_> = ordered(&route, long_input).iter().map(|(d, _)| d.provider.to_string()).collect();
+        let long_input = TokenBounds {
+            input: 50_000,
+            output: 100,
+        };
+        let names: Vec<_> = ordered(&route, long_input)
+            .iter()
+            .map(|(d, _)| d.provider.to_string())
+            .collect();
         assert_eq!(names, ["pool", "b", "c"]);
-        let long_output = TokenBounds { input: 100, output: 50_000 };
-        let names: Vec<_> = ordered(&route, long_output).iter().map(|(d, _)| d.provider.to_string()).collect();
+        let long_output = TokenBounds {
+            input: 100,
+            output: 50_000,
+        };
+        let names: Vec<_> = ordered(&route, long_output)
+            .iter()
+            .map(|(d, _)| d.provider.to_string())
+            .collect();
         assert_eq!(names, ["pool", "c", "b"]);
         // The pool's window is too small for the long request: first account wins.
-        let s = select(&route, &ceiling("10", OnExceed::Reject), long_input, |_| false).unwrap();
+        let s = select(&route, &ceiling("10", OnExceed::Reject), long_input, |_| {
+            false
+        })
+        .unwrap();
         assert_eq!(s.primary.provider.as_str(), "b");
-        assert!(matches!(s.considered[0].verdict, Verdict::ContextTooSmall { .. }));
+        assert!(matches!(
+            s.considered[0].verdict,
+            Verdict::ContextTooSmall { .. }
+        ));
     }
 
     #[test]
     fn over_ceiling_is_refused_or_clamped() {
-        let route = Route { pool: vec![], accounts: vec![dest("a", Tier::Account, "1", "10", 1_000_000)], alternate: None };
-        let b = TokenBounds { input: 1_000, output: 100_000 };
+        let route = Route {
+            pool: vec![],
+            accounts: vec![dest("a", Tier::Account, "1", "10", 1_000_000)],
+            alternate: None,
+        };
+        let b = TokenBounds {
+            input: 1_000,
+            output: 100_000,
+        };
         // worst case = 0.001 + 1.0 > 0.5
         let r = select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false);
         assert!(matches!(r, Err(Refusal::DoesNotFit { .. })));
@@ -283,10 +351,16 @@ mod tests {
     fn open_circuit_is_skipped_unless_every_fit_is_open() {
         let route = Route {
             pool: vec![],
-            accounts: vec![dest("a", Tier::Account, "1", "1", 100_000), dest("b", Tier::Account, "2", "2", 100_000)],
+            accounts: vec![
+                dest("a", Tier::Account, "1", "1", 100_000),
+                dest("b", Tier::Account, "2", "2", 100_000),
+            ],
             alternate: None,
         };
-        let b = TokenBounds { input: 10, output: 10 };
+        let b = TokenBounds {
+            input: 10,
+            output: 10,
+        };
         let c = ceiling("1", OnExceed::Reject);
         let s = select(&route, &c, b, |d| d.provider.as_str() == "a").unwrap();
         assert_eq!(s.primary.provider.as_str(), "b");
@@ -298,8 +372,20 @@ mod tests {
 
     #[test]
     fn empty_route_is_no_destination() {
-        let route = Route { pool: vec![], accounts: vec![], alternate: None };
-        let r = select(&route, &ceiling("1", OnExceed::Reject), TokenBounds { input: 1, output: 1 }, |_| false);
+        let route = Route {
+            pool: vec![],
+            accounts: vec![],
+            alternate: None,
+        };
+        let r = select(
+            &route,
+            &ceiling("1", OnExceed::Reject),
+            TokenBounds {
+                input: 1,
+                output: 1,
+            },
+            |_| false,
+        );
         assert_eq!(r, Err(Refusal::NoDestination));
     }
 }

@@ -1,6 +1,8 @@
 //! Policy compiler acceptance: every bad-input fixture gives its exact message, the
 //! plan id is stable under reordering and reformatting, and the CLI's exit codes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,7 +21,11 @@ fn render(dir: &Path) -> String {
 /// diagnostics. `PURSER_BLESS=1 cargo test` rewrites them after a deliberate change.
 #[test]
 fn every_bad_input_fixture_gives_its_exact_message() {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(CASES).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(CASES)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     assert!(dirs.len() >= 15, "fixtures missing");
     let mut failures = vec![];
@@ -32,7 +38,10 @@ fn every_bad_input_fixture_gives_its_exact_message() {
         }
         let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
         if got != expected {
-            failures.push(format!("--- {}\nexpected:\n{expected}\ngot:\n{got}", dir.display()));
+            failures.push(format!(
+                "--- {}\nexpected:\n{expected}\ngot:\n{got}",
+                dir.display()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -41,7 +50,11 @@ fn every_bad_input_fixture_gives_its_exact_message() {
 fn errors_of(case: &str) -> Vec<policy::Diagnostic> {
     match policy::compile_dir(&Path::new(CASES).join(case)) {
         Ok(_) => panic!("{case} compiled"),
-        Err(d) => d.0.into_iter().filter(|d| d.severity == Severity::Error).collect(),
+        Err(d) => {
+            d.0.into_iter()
+                .filter(|d| d.severity == Severity::Error)
+                .collect()
+        }
     }
 }
 
@@ -56,7 +69,10 @@ fn messages_carry_position_value_and_suggestion() {
 
     let e = errors_of("money-float");
     assert_eq!(e[0].code, "money-not-string");
-    assert_eq!(e[0].help.as_deref(), Some("write prices as strings: \"0.15\""));
+    assert_eq!(
+        e[0].help.as_deref(),
+        Some("write prices as strings: \"0.15\"")
+    );
 
     let e = errors_of("alternate-unknown-provider");
     assert_eq!(e[0].code, "unknown-provider");
@@ -71,7 +87,10 @@ fn messages_carry_position_value_and_suggestion() {
 fn all_errors_in_one_run() {
     let e = errors_of("multiple-errors");
     let codes: Vec<_> = e.iter().map(|d| d.code).collect();
-    assert!(codes.contains(&"unknown-field") && codes.contains(&"money-not-string"), "{codes:?}");
+    assert!(
+        codes.contains(&"unknown-field") && codes.contains(&"money-not-string"),
+        "{codes:?}"
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path, rename: impl Fn(&str) -> String) {
@@ -94,16 +113,30 @@ fn plan_id_is_stable_across_file_order_and_formatting() {
     let base = plan_id(Path::new("policies"));
     let tmp = tempfile::tempdir().unwrap();
     // Same documents, different file names (so a different read order) ...
-    copy_dir(Path::new("policies/providers"), &tmp.path().join("z"), |n| format!("0-{n}"));
-    copy_dir(Path::new("policies/teams"), &tmp.path().join("a"), |n| format!("9-{n}"));
+    copy_dir(
+        Path::new("policies/providers"),
+        &tmp.path().join("z"),
+        |n| format!("0-{n}"),
+    );
+    copy_dir(Path::new("policies/teams"), &tmp.path().join("a"), |n| {
+        format!("9-{n}")
+    });
     copy_dir(Path::new("policies"), tmp.path(), |n| n.to_string());
     assert_eq!(plan_id(tmp.path()), base);
 
     // ... and all in one multi-document file, with comments and flow style.
     let one = tempfile::tempdir().unwrap();
     let mut text = String::new();
-    for f in ["policies/teams/research.yaml", "policies/providers/gemini.yaml", "policies/gateway.yaml", "policies/teams/finance.yaml",
-              "policies/providers/anthropic.yaml", "policies/providers/openai.yaml", "policies/teams/eu-analytics.yaml", "policies/providers/pool.yaml"] {
+    for f in [
+        "policies/teams/research.yaml",
+        "policies/providers/gemini.yaml",
+        "policies/gateway.yaml",
+        "policies/teams/finance.yaml",
+        "policies/providers/anthropic.yaml",
+        "policies/providers/openai.yaml",
+        "policies/teams/eu-analytics.yaml",
+        "policies/providers/pool.yaml",
+    ] {
         text.push_str("# reordered\n---\n");
         text.push_str(&std::fs::read_to_string(f).unwrap());
         text.push('\n');
@@ -117,15 +150,35 @@ fn plan_id_is_stable_across_file_order_and_formatting() {
 fn plan_id_changes_with_a_price_or_a_ceiling() {
     let base = plan_id(Path::new("policies"));
     for (file, from, to) in [
-        ("providers/openai.yaml", "input_per_mtok: \"0.15\"", "input_per_mtok: \"0.16\""),
-        ("teams/finance.yaml", "per_request: \"0.02\"", "per_request: \"0.03\""),
+        (
+            "providers/openai.yaml",
+            "input_per_mtok: \"0.15\"",
+            "input_per_mtok: \"0.16\"",
+        ),
+        (
+            "teams/finance.yaml",
+            "per_request: \"0.02\"",
+            "per_request: \"0.03\"",
+        ),
         // Numerically equal amounts are the same plan.
-        ("teams/finance.yaml", "per_request: \"0.02\"", "per_request: \"0.020\""),
+        (
+            "teams/finance.yaml",
+            "per_request: \"0.02\"",
+            "per_request: \"0.020\"",
+        ),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         copy_dir(Path::new("policies"), tmp.path(), |n| n.to_string());
-        copy_dir(Path::new("policies/providers"), &tmp.path().join("providers"), |n| n.to_string());
-        copy_dir(Path::new("policies/teams"), &tmp.path().join("teams"), |n| n.to_string());
+        copy_dir(
+            Path::new("policies/providers"),
+            &tmp.path().join("providers"),
+            |n| n.to_string(),
+        );
+        copy_dir(
+            Path::new("policies/teams"),
+            &tmp.path().join("teams"),
+            |n| n.to_string(),
+        );
         let p = tmp.path().join(file);
         let text = std::fs::read_to_string(&p).unwrap();
         assert!(text.contains(from));
@@ -140,13 +193,21 @@ fn plan_id_changes_with_a_price_or_a_ceiling() {
 }
 
 fn purser(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_purser")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_purser"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 #[test]
 fn cli_exit_codes_and_outputs() {
     let ok = purser(&["check", "policies"]);
-    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let bad = purser(&["check", "tests/fixtures/config/unknown-field"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("policy.yaml:9:3"));
@@ -154,17 +215,50 @@ fn cli_exit_codes_and_outputs() {
     assert_eq!(usage.status.code(), Some(2));
 
     let json = purser(&["plan", "policies", "--format", "json"]);
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("plan json is valid JSON");
+    let v: serde_json::Value =
+        serde_json::from_slice(&json.stdout).expect("plan json is valid JSON");
     assert_eq!(v["policies"]["finance"]["ceiling"]["per_request"], "0.02");
     assert_eq!(v["plan_id"].as_str().unwrap().len(), 16);
 
-    let md = String::from_utf8(purser(&["plan", "policies", "--format", "markdown"]).stdout).unwrap();
+    let md =
+        String::from_utf8(purser(&["plan", "policies", "--format", "markdown"]).stdout).unwrap();
     assert!(md.contains("| policy | model | ceiling | mode |"));
     assert!(md.contains("| `finance` | `gpt-4o-mini` | 0.02 | hard |"));
 
-    let ex = String::from_utf8(purser(&["explain", "policies", "--policy", "finance", "--model", "gpt-4o-mini", "--input-bytes", "2000"]).stdout).unwrap();
+    let ex = String::from_utf8(
+        purser(&[
+            "explain",
+            "policies",
+            "--policy",
+            "finance",
+            "--model",
+            "gpt-4o-mini",
+            "--input-bytes",
+            "2000",
+        ])
+        .stdout,
+    )
+    .unwrap();
     assert!(ex.contains("openai-us/gpt-4o-mini: fits: 2096 in × 0.15/M + 1024 out × 0.6/M = 0.0009288 USD → chosen"), "{ex}");
-    assert!(ex.contains("reach the alternate: connect, rate_limited, overloaded, server_error, circuit_open"), "{ex}");
-    let over = String::from_utf8(purser(&["explain", "policies", "--policy", "finance", "--model", "gpt-4o-mini", "--max-tokens", "100000"]).stdout).unwrap();
+    assert!(
+        ex.contains(
+            "reach the alternate: connect, rate_limited, overloaded, server_error, circuit_open"
+        ),
+        "{ex}"
+    );
+    let over = String::from_utf8(
+        purser(&[
+            "explain",
+            "policies",
+            "--policy",
+            "finance",
+            "--model",
+            "gpt-4o-mini",
+            "--max-tokens",
+            "100000",
+        ])
+        .stdout,
+    )
+    .unwrap();
     assert!(over.contains("ceiling_exceeded"), "{over}");
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod check;
+pub mod classify;
 mod explain;
 
 /// Exit codes (DESIGN 8): 0 ok, 1 invalid input, 2 usage; `diff --fail-on widen` uses 3.
@@ -56,14 +57,42 @@ pub enum Command {
         #[arg(long)]
         max_tokens: Option<u64>,
     },
+    /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
+    Classify {
+        #[arg(long, value_enum)]
+        api: Option<ApiArg>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ApiArg {
+    Openai,
+    Anthropic,
+    Gemini,
+}
+
+impl From<ApiArg> for crate::policy::plan::Api {
+    fn from(a: ApiArg) -> Self {
+        match a {
+            ApiArg::Openai => crate::policy::plan::Api::Openai,
+            ApiArg::Anthropic => crate::policy::plan::Api::Anthropic,
+            ApiArg::Gemini => crate::policy::plan::Api::Gemini,
+        }
+    }
 }
 
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check { dir } => check::check(&dir),
         Command::Plan { dir, format } => check::plan(&dir, format),
-        Command::Explain { dir, policy, model, input_bytes, messages, max_tokens } => {
-            explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens)
-        }
+        Command::Explain {
+            dir,
+            policy,
+            model,
+            input_bytes,
+            messages,
+            max_tokens,
+        } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
+        Command::Classify { api } => classify::classify(api.map(Into::into)),
     }
 }

@@ -23,7 +23,10 @@ pub fn compile_dir(dir: &Path) -> Result<Plan, Diagnostics> {
 }
 
 /// Compile already-parsed documents (used by `diff --git`, which reads from git).
-pub fn compile_documents(docs: Vec<Document>, mut diags: Vec<Diagnostic>) -> Result<Plan, Diagnostics> {
+pub fn compile_documents(
+    docs: Vec<Document>,
+    mut diags: Vec<Diagnostic>,
+) -> Result<Plan, Diagnostics> {
     let mut gateways = Vec::new();
     let mut providers = Vec::new();
     let mut policies = Vec::new();
@@ -52,15 +55,24 @@ pub fn compile_documents(docs: Vec<Document>, mut diags: Vec<Diagnostic>) -> Res
         }
         match kind {
             Kind::Gateway => typed::<RawGateway>(&doc, &mut diags).map(|r| gateways.push((doc, r))),
-            Kind::Provider => typed::<RawProvider>(&doc, &mut diags).map(|r| providers.push((doc, r))),
+            Kind::Provider => {
+                typed::<RawProvider>(&doc, &mut diags).map(|r| providers.push((doc, r)))
+            }
             Kind::Policy => typed::<RawPolicy>(&doc, &mut diags).map(|r| policies.push((doc, r))),
         };
     }
-    let body = Compiler { diags: &mut diags, broken, load_failed }.compile(gateways, providers, policies);
+    let body = Compiler {
+        diags: &mut diags,
+        broken,
+        load_failed,
+    }
+    .compile(gateways, providers, policies);
     diags.sort_by(|a, b| a.at.cmp(&b.at).then(a.code.cmp(b.code)));
     diags.dedup();
     match body {
-        Some(body) if !diags.iter().any(|d| d.severity == Severity::Error) => Ok(Plan::new(body, diags)),
+        Some(body) if !diags.iter().any(|d| d.severity == Severity::Error) => {
+            Ok(Plan::new(body, diags))
+        }
         _ => Err(Diagnostics(diags)),
     }
 }
@@ -70,7 +82,11 @@ fn typed<T: DeserializeOwned>(doc: &Document, diags: &mut Vec<Diagnostic>) -> Op
         Ok(t) => Some(t),
         Err(e) => {
             // The schema should have caught this; report rather than panic if they drift.
-            diags.push(Diagnostic::error("invalid-document", doc.at(""), e.to_string()));
+            diags.push(Diagnostic::error(
+                "invalid-document",
+                doc.at(""),
+                e.to_string(),
+            ));
             None
         }
     }
@@ -86,7 +102,11 @@ fn money(doc: &Document, ptr: &str, text: &str, diags: &mut Vec<Diagnostic>) -> 
     match text.parse::<Money>() {
         Ok(m) => Some(m),
         Err(e) => {
-            diags.push(Diagnostic::error("invalid-money", doc.at(ptr), e.to_string()));
+            diags.push(Diagnostic::error(
+                "invalid-money",
+                doc.at(ptr),
+                e.to_string(),
+            ));
             None
         }
     }
@@ -94,7 +114,8 @@ fn money(doc: &Document, ptr: &str, text: &str, diags: &mut Vec<Diagnostic>) -> 
 
 impl Compiler<'_> {
     fn err(&mut self, code: &'static str, at: SourceRef, msg: String, help: Option<String>) {
-        self.diags.push(Diagnostic::error(code, at, msg).with_help_opt(help));
+        self.diags
+            .push(Diagnostic::error(code, at, msg).with_help_opt(help));
     }
 
     fn compile(
@@ -116,7 +137,10 @@ impl Compiler<'_> {
         })
     }
 
-    fn gateway(&mut self, gateways: Vec<(Document, RawGateway)>) -> Option<(String, Option<String>, CircuitConfig)> {
+    fn gateway(
+        &mut self,
+        gateways: Vec<(Document, RawGateway)>,
+    ) -> Option<(String, Option<String>, CircuitConfig)> {
         let mut iter = gateways.into_iter();
         let Some((first_doc, g)) = iter.next() else {
             if self.load_failed {
@@ -124,7 +148,11 @@ impl Compiler<'_> {
             }
             self.err(
                 "missing-gateway",
-                SourceRef { file: "<policy set>".into(), line: 1, col: 1 },
+                SourceRef {
+                    file: "<policy set>".into(),
+                    line: 1,
+                    col: 1,
+                },
                 "no `kind: gateway` document in the set".into(),
                 Some("add one document with `kind: gateway` and `currency: USD`".into()),
             );
@@ -162,8 +190,18 @@ impl Compiler<'_> {
             let mut models = BTreeMap::new();
             for (name, m) in &p.models {
                 let base = format!("/models/{}", seg(name));
-                let input = money(&doc, &format!("{base}/input_per_mtok"), &m.input_per_mtok, self.diags);
-                let output = money(&doc, &format!("{base}/output_per_mtok"), &m.output_per_mtok, self.diags);
+                let input = money(
+                    &doc,
+                    &format!("{base}/input_per_mtok"),
+                    &m.input_per_mtok,
+                    self.diags,
+                );
+                let output = money(
+                    &doc,
+                    &format!("{base}/output_per_mtok"),
+                    &m.output_per_mtok,
+                    self.diags,
+                );
                 if let (Some(i), Some(o)) = (input, output) {
                     models.insert(
                         ModelName::new(name),
@@ -203,10 +241,18 @@ impl Compiler<'_> {
         let mut out: BTreeMap<PolicyId, Policy> = BTreeMap::new();
         let mut first_at: HashMap<String, SourceRef> = HashMap::new();
         let mut key_owner: HashMap<String, (String, SourceRef)> = HashMap::new();
-        let all_models: BTreeSet<&str> = providers.values().flat_map(|(_, p)| p.models.keys().map(|m| m.as_str())).collect();
+        let all_models: BTreeSet<&str> = providers
+            .values()
+            .flat_map(|(_, p)| p.models.keys().map(|m| m.as_str()))
+            .collect();
         for (doc, p) in raw {
             if let Some(first) = first_at.get(&p.id) {
-                self.err("duplicate-id", doc.at("/id"), format!("duplicate policy id `{}`", p.id), Some(format!("first defined at {first}")));
+                self.err(
+                    "duplicate-id",
+                    doc.at("/id"),
+                    format!("duplicate policy id `{}`", p.id),
+                    Some(format!("first defined at {first}")),
+                );
                 continue;
             }
             first_at.insert(p.id.clone(), doc.at("/id"));
@@ -216,7 +262,12 @@ impl Compiler<'_> {
             for (i, c) in p.clients.iter().enumerate() {
                 let hash = c.key_sha256.to_ascii_lowercase();
                 if !client_ids.insert(c.id.clone()) {
-                    self.err("duplicate-id", doc.at(&format!("/clients/{i}/id")), format!("duplicate client id `{}` in policy `{}`", c.id, p.id), None);
+                    self.err(
+                        "duplicate-id",
+                        doc.at(&format!("/clients/{i}/id")),
+                        format!("duplicate client id `{}` in policy `{}`", c.id, p.id),
+                        None,
+                    );
                 }
                 let at = doc.at(&format!("/clients/{i}/key_sha256"));
                 if let Some((owner, owner_at)) = key_owner.get(&hash) {
@@ -229,11 +280,19 @@ impl Compiler<'_> {
                 } else {
                     key_owner.insert(hash.clone(), (p.id.clone(), at));
                 }
-                clients.push(Client { id: ClientId::new(&c.id), key_sha256: hash });
+                clients.push(Client {
+                    id: ClientId::new(&c.id),
+                    key_sha256: hash,
+                });
             }
             clients.sort_by(|a, b| a.id.cmp(&b.id));
 
-            let per_request = money(&doc, "/ceiling/per_request", &p.ceiling.per_request, self.diags);
+            let per_request = money(
+                &doc,
+                "/ceiling/per_request",
+                &p.ceiling.per_request,
+                self.diags,
+            );
             if let Some(c) = per_request
                 && !c.is_positive()
             {
@@ -249,18 +308,32 @@ impl Compiler<'_> {
             for (i, b) in p.budgets.iter().enumerate() {
                 let ptr = format!("/budgets/{i}/limit");
                 if !periods.insert(b.period) {
-                    self.err("duplicate-budget", doc.at(&format!("/budgets/{i}/period")), format!("two `{}` budgets in policy `{}`", b.period.as_str(), p.id), None);
+                    self.err(
+                        "duplicate-budget",
+                        doc.at(&format!("/budgets/{i}/period")),
+                        format!("two `{}` budgets in policy `{}`", b.period.as_str(), p.id),
+                        None,
+                    );
                 }
                 if let Some(limit) = money(&doc, &ptr, &b.limit, self.diags) {
                     if !limit.is_positive() {
-                        self.err("non-positive-budget", doc.at(&ptr), format!("budget limit `\"{}\"` must be a positive amount", b.limit), None);
+                        self.err(
+                            "non-positive-budget",
+                            doc.at(&ptr),
+                            format!("budget limit `\"{}\"` must be a positive amount", b.limit),
+                            None,
+                        );
                     }
-                    budgets.push(Budget { period: b.period, limit });
+                    budgets.push(Budget {
+                        period: b.period,
+                        limit,
+                    });
                 }
             }
             budgets.sort_by_key(|b| b.period);
 
-            let jurisdictions: BTreeSet<Jurisdiction> = p.jurisdictions.iter().map(Jurisdiction::new).collect();
+            let jurisdictions: BTreeSet<Jurisdiction> =
+                p.jurisdictions.iter().map(Jurisdiction::new).collect();
             let mut routes = BTreeMap::new();
             for (i, m) in p.models.iter().enumerate() {
                 let ptr = format!("/models/{i}");
@@ -298,7 +371,14 @@ impl Compiler<'_> {
                         ),
                     );
                 }
-                routes.insert(ModelName::new(m), Route { pool, accounts, alternate: None });
+                routes.insert(
+                    ModelName::new(m),
+                    Route {
+                        pool,
+                        accounts,
+                        alternate: None,
+                    },
+                );
             }
 
             for (model, target) in &p.alternates {
@@ -310,12 +390,17 @@ impl Compiler<'_> {
                     self.err(
                         "alternate-for-unlisted-model",
                         doc.key_at(&ptr),
-                        format!("alternate for `{model}`, which policy `{}` does not allow", p.id),
+                        format!(
+                            "alternate for `{model}`, which policy `{}` does not allow",
+                            p.id
+                        ),
                         did_you_mean(model, p.models.iter().map(String::as_str)),
                     );
                     continue;
                 };
-                let Some((prov_id, alt_model)) = target.split_once('/') else { continue };
+                let Some((prov_id, alt_model)) = target.split_once('/') else {
+                    continue;
+                };
                 let Some((_, prov)) = providers.get(prov_id) else {
                     if self.broken.contains(prov_id) {
                         continue;
@@ -350,9 +435,14 @@ impl Compiler<'_> {
                     );
                     continue;
                 };
-                let candidates: Vec<&Destination> = route.pool.iter().chain(&route.accounts).collect();
+                let candidates: Vec<&Destination> =
+                    route.pool.iter().chain(&route.accounts).collect();
                 if !candidates.is_empty()
-                    && candidates.iter().all(|c| providers.get(c.provider.as_str()).is_some_and(|(_, cp)| cp.same_upstream(prov)))
+                    && candidates.iter().all(|c| {
+                        providers
+                            .get(c.provider.as_str())
+                            .is_some_and(|(_, cp)| cp.same_upstream(prov))
+                    })
                 {
                     self.err(
                         "alternate-same-upstream",
@@ -365,14 +455,20 @@ impl Compiler<'_> {
                 route.alternate = Some(dest);
             }
 
-            let Some(per_request) = per_request else { continue };
+            let Some(per_request) = per_request else {
+                continue;
+            };
             out.insert(
                 PolicyId::new(&p.id),
                 Policy {
                     id: PolicyId::new(&p.id),
                     clients,
                     jurisdictions: jurisdictions.into_iter().collect(),
-                    ceiling: Ceiling { per_request, mode: p.ceiling.mode, on_exceed: p.ceiling.on_exceed },
+                    ceiling: Ceiling {
+                        per_request,
+                        mode: p.ceiling.mode,
+                        on_exceed: p.ceiling.on_exceed,
+                    },
                     max_output_tokens: p.max_output_tokens,
                     budgets,
                     routes,

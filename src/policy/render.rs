@@ -30,16 +30,30 @@ pub fn text(plan: &Plan) -> String {
             p.ceiling.per_request,
             plan.currency(),
             p.ceiling.mode.as_str(),
-            p.jurisdictions.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", "),
+            p.jurisdictions
+                .iter()
+                .map(|j| j.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             p.max_output_tokens
         );
         for b in &p.budgets {
-            let _ = writeln!(s, "  budget: {} {} per {}", b.limit, plan.currency(), b.period.as_str());
+            let _ = writeln!(
+                s,
+                "  budget: {} {} per {}",
+                b.limit,
+                plan.currency(),
+                b.period.as_str()
+            );
         }
         let _ = writeln!(
             s,
             "  clients: {}",
-            p.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>().join(", ")
+            p.clients
+                .iter()
+                .map(|c| c.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         for (model, r) in &p.routes {
             let _ = writeln!(s, "  model {model}:");
@@ -75,14 +89,28 @@ pub fn markdown(plan: &Plan) -> String {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|");
     for p in plan.policies() {
-        let j = p.jurisdictions.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(", ");
+        let j = p
+            .jurisdictions
+            .iter()
+            .map(|j| j.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
         for (model, r) in &p.routes {
             let dests = if r.is_empty() {
                 "_none: refused_".to_string()
             } else {
-                r.pool.iter().chain(&r.accounts).map(|d| format!("`{}`", d.label())).collect::<Vec<_>>().join(" → ")
+                r.pool
+                    .iter()
+                    .chain(&r.accounts)
+                    .map(|d| format!("`{}`", d.label()))
+                    .collect::<Vec<_>>()
+                    .join(" → ")
             };
-            let alt = r.alternate.as_ref().map(|a| format!("`{}`", a.label())).unwrap_or_else(|| "—".into());
+            let alt = r
+                .alternate
+                .as_ref()
+                .map(|a| format!("`{}`", a.label()))
+                .unwrap_or_else(|| "—".into());
             let _ = writeln!(
                 s,
                 "| `{}` | `{model}` | {} | {} | {j} | {dests} | {alt} |",

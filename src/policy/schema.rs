@@ -94,7 +94,11 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
                     if let Some(best) = closest(name, &allowed) {
                         suggested.push((ptr.clone(), best));
                     }
-                    let where_ = if ptr.is_empty() { "the document".to_string() } else { format!("`{}`", ptr.trim_start_matches('/')) };
+                    let where_ = if ptr.is_empty() {
+                        "the document".to_string()
+                    } else {
+                        format!("`{}`", ptr.trim_start_matches('/'))
+                    };
                     out.push(
                         Diagnostic::error(
                             "unknown-field",
@@ -111,7 +115,11 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
             }
             ValidationErrorKind::Required { property } => {
                 let name = property.as_str().unwrap_or("?");
-                let where_ = if ptr.is_empty() { String::new() } else { format!(" in `{}`", ptr.trim_start_matches('/')) };
+                let where_ = if ptr.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in `{}`", ptr.trim_start_matches('/'))
+                };
                 Diagnostic::error(
                     "missing-field",
                     doc.at(&ptr),
@@ -137,11 +145,18 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
                     .raw_scalar(&ptr)
                     .map(str::to_string)
                     .unwrap_or_else(|| err.instance().to_string());
-                let what = if ptr.is_empty() { "the document".to_string() } else { format!("`{}`", ptr.trim_start_matches('/')) };
+                let what = if ptr.is_empty() {
+                    "the document".to_string()
+                } else {
+                    format!("`{}`", ptr.trim_start_matches('/'))
+                };
                 Diagnostic::error(
                     "invalid-value",
                     doc.at(&ptr),
-                    format!("invalid value `{written}` for {what}: {}", describe(err.kind(), &err.to_string())),
+                    format!(
+                        "invalid value `{written}` for {what}: {}",
+                        describe(err.kind(), &err.to_string())
+                    ),
                 )
             }
         };
@@ -149,7 +164,11 @@ pub fn validate(doc: &Document, kind: Kind) -> Vec<Diagnostic> {
     }
     out.retain(|d| {
         !(d.code == "missing-field"
-            && suggested.iter().any(|(p, name)| d.message.starts_with(&format!("missing required field `{name}`")) && doc.at(p) == d.at))
+            && suggested.iter().any(|(p, name)| {
+                d.message
+                    .starts_with(&format!("missing required field `{name}`"))
+                    && doc.at(p) == d.at
+            }))
     });
     out
 }

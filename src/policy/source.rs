@@ -114,9 +114,7 @@ impl Indexer {
     /// Called for every node start: records its position and returns its pointer,
     /// or `None` when the node is a mapping key.
     fn node(&mut self, mark: &Marker, scalar: Option<&str>) -> Option<String> {
-        let Some(doc) = self.docs.last_mut() else {
-            return None;
-        };
+        let doc = self.docs.last_mut()?;
         let path = match self.stack.last_mut() {
             None => String::new(),
             Some(Frame::Map { path, pending_key }) => match pending_key.take() {
@@ -138,7 +136,11 @@ impl Indexer {
         };
         // The root's position is the document start, not wherever the parser noticed
         // the mapping began.
-        let at = if path.is_empty() { (doc.start.0, 1) } else { pos(mark) };
+        let at = if path.is_empty() {
+            (doc.start.0, 1)
+        } else {
+            pos(mark)
+        };
         doc.values.insert(path.clone(), at);
         if let Some(s) = scalar {
             doc.scalars.insert(path.clone(), s.to_string());
@@ -287,10 +289,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, diags: &mut Vec<Diagnostic>) {
         let p = entry.path();
         if p.is_dir() {
             collect(&p, out, diags);
-        } else if matches!(
-            p.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
+        } else if matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
             out.push(p);
         }
     }
@@ -371,7 +370,9 @@ fn to_json(v: serde_yaml::Value) -> Result<Value, String> {
             }
         }
         Y::String(s) => Value::String(s),
-        Y::Sequence(items) => Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?),
+        Y::Sequence(items) => {
+            Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?)
+        }
         Y::Mapping(m) => {
             let mut out = serde_json::Map::new();
             for (k, v) in m {
