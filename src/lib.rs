@@ -15,6 +15,7 @@ pub mod clock;
 pub mod decide;
 pub mod failure;
 pub mod ids;
+pub mod ledger;
 pub mod money;
 pub mod policy;
 pub mod selection;

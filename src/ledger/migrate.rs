@@ -1,0 +1,61 @@
+//! Ordered, embedded schema migrations, each applied in its own transaction and
+//! recorded in `schema_migrations`. A database newer than this binary is refused.
+
+use rusqlite::Connection;
+
+use super::LedgerError;
+
+/// (version, name, SQL), in order. Append only: never edit a released migration.
+pub const MIGRATIONS: [(u32, &str, &str); 2] = [
+    (
+        1,
+        "0001_init",
+        include_str!("../../migrations/0001_init.sql"),
+    ),
+    (
+        2,
+        "0002_audit_indexes",
+        include_str!("../../migrations/0002_audit_indexes.sql"),
+    ),
+];
+
+pub fn latest() -> u32 {
+    MIGRATIONS.last().map(|m| m.0).unwrap_or(0)
+}
+
+pub fn current_version(conn: &Connection) -> Result<u32, LedgerError> {
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )?;
+    Ok(conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+/// Apply every migration above the database's version, up to `target`.
+pub fn migrate_to(conn: &mut Connection, target: u32) -> Result<u32, LedgerError> {
+    let have = current_version(conn)?;
+    if have > latest() {
+        return Err(LedgerError::TooNew {
+            database: have,
+            binary: latest(),
+        });
+    }
+    for (version, name, sql) in MIGRATIONS {
+        if version <= have || version > target {
+            continue;
+        }
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)
+            .map_err(|e| LedgerError::Migration { name, source: e })?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%SZ','now'))",
+            rusqlite::params![version, name],
+        )?;
+        tx.commit()?;
+    }
+    current_version(conn)
+}

@@ -1,0 +1,344 @@
+//! The ledger: the only module that speaks SQL. Every attempt is written before its
+//! upstream call and completed after; budgets are reserved and settled atomically.
+//!
+//! One dedicated writer thread owns the write connection and commits in groups: many
+//! concurrent requests share one transaction and each waits for its own commit.
+//! Readers (audit, demo) open their own connections. The engine sees only `Ledger`'s
+//! methods, so another backend (PostgreSQL for several replicas) can replace SQLite
+//! behind them.
+
+mod migrate;
+pub mod read;
+mod writer;
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+use rusqlite::functions::{Aggregate, Context, FunctionFlags};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+pub use migrate::{MIGRATIONS, latest as latest_version, migrate_to};
+pub use writer::Op;
+
+use crate::failure::Billing;
+use crate::money::Money;
+use crate::policy::plan::{Mode, Period};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(
+        "the ledger database is at schema version {database}, newer than this purser (version {binary}); upgrade purser or use another file"
+    )]
+    TooNew { database: u32, binary: u32 },
+    #[error("migration {name} failed: {source}")]
+    Migration {
+        name: &'static str,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "SQLite rolled the write group back (disk full or I/O error); nothing in it was recorded"
+    )]
+    RolledBack,
+    #[error("the ledger writer has stopped")]
+    WriterGone,
+    #[error(
+        "{period} budget of policy `{policy}` exhausted: limit {limit}, spent {spent}, reserved {reserved}, remaining {remaining}, this request needs up to {needed}"
+    )]
+    BudgetExhausted {
+        policy: String,
+        period: &'static str,
+        limit: Money,
+        spent: Money,
+        reserved: Money,
+        remaining: Money,
+        needed: Money,
+    },
+    #[error("no request `{0}` in the ledger")]
+    UnknownRequest(String),
+    #[error("invalid stored value: {0}")]
+    Corrupt(String),
+}
+
+/// Durability of each group commit (SQLite `synchronous`, in WAL mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// Survives a process crash; the last commits may be lost on power loss.
+    Normal,
+    /// Survives power loss too, at a cost per commit.
+    Full,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sync: Sync,
+    /// Upper bound on the database size in pages (a quota; also how tests make the
+    /// disk "full").
+    pub max_page_count: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sync: Sync::Normal,
+            max_page_count: None,
+        }
+    }
+}
+
+/// A request as admitted.
+#[derive(Debug, Clone)]
+pub struct NewRequest {
+    pub id: String,
+    pub received_at: time::OffsetDateTime,
+    pub client: String,
+    pub policy: String,
+    pub plan_id: String,
+    pub model: String,
+    pub mode: Mode,
+    pub ceiling: Money,
+    pub worst_case: Money,
+}
+
+/// A period budget to reserve against.
+#[derive(Debug, Clone, Copy)]
+pub struct BudgetLimit {
+    pub period: Period,
+    pub limit: Money,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewAttempt {
+    pub request_id: String,
+    pub seq: u32,
+    pub provider: String,
+    pub upstream_model: String,
+    pub jurisdiction: String,
+    pub started_at: time::OffsetDateTime,
+    pub worst_case: Money,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub request_id: String,
+    pub seq: u32,
+    pub finished_at: time::OffsetDateTime,
+    pub status: Option<u16>,
+    /// `success` or a failure class name.
+    pub class: String,
+    pub billing: Billing,
+    pub decision: String,
+    pub reason: String,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cost: Money,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Served,
+    Refused,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Served => "served",
+            Outcome::Refused => "refused",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestResult {
+    pub request_id: String,
+    pub outcome: Outcome,
+    pub error_code: Option<String>,
+    pub served_by: Option<String>,
+    /// Billed cost of all attempts.
+    pub cost: Money,
+    /// What the budgets are charged: billed cost plus the worst case of every attempt
+    /// that may have been billed without proof.
+    pub charged: Money,
+}
+
+/// Handle to the ledger; cheap to clone.
+#[derive(Clone)]
+pub struct Ledger {
+    tx: mpsc::UnboundedSender<writer::Envelope>,
+    path: PathBuf,
+}
+
+/// UTC window start of `period` containing `t`, as RFC 3339.
+pub fn window_start(period: Period, t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let (y, m, d) = (t.year(), u8::from(t.month()), t.day());
+    match period {
+        Period::Day => format!("{y:04}-{m:02}-{d:02}T00:00:00Z"),
+        Period::Month => format!("{y:04}-{m:02}-01T00:00:00Z"),
+    }
+}
+
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let ms = t.millisecond();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// Exact decimal sum over TEXT amounts, so SQL can total money without floats.
+struct DecimalSum;
+
+impl Aggregate<Money, String> for DecimalSum {
+    fn init(&self, _: &mut Context<'_>) -> rusqlite::Result<Money> {
+        Ok(Money::ZERO)
+    }
+    fn step(&self, ctx: &mut Context<'_>, acc: &mut Money) -> rusqlite::Result<()> {
+        let v: Option<String> = ctx.get(0)?;
+        if let Some(v) = v {
+            let m: Money = v
+                .parse()
+                .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+            *acc = acc
+                .checked_add(m)
+                .ok_or_else(|| rusqlite::Error::UserFunctionError("decimal overflow".into()))?;
+        }
+        Ok(())
+    }
+    fn finalize(&self, _: &mut Context<'_>, acc: Option<Money>) -> rusqlite::Result<String> {
+        Ok(acc.unwrap_or(Money::ZERO).to_string())
+    }
+}
+
+/// Open a connection with purser's settings and functions.
+pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(
+        None,
+        "synchronous",
+        match opts.sync {
+            Sync::Normal => "NORMAL",
+            Sync::Full => "FULL",
+        },
+    )?;
+    if let Some(n) = opts.max_page_count {
+        conn.pragma_update(None, "max_page_count", i64::try_from(n).unwrap_or(i64::MAX))?;
+    }
+    conn.create_aggregate_function(
+        "dsum",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        DecimalSum,
+    )?;
+    Ok(conn)
+}
+
+/// What start-up recovery found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    pub attempts: usize,
+    pub requests: usize,
+}
+
+impl Ledger {
+    /// Open (creating or migrating) the ledger at `path`, recover rows a previous
+    /// process left in flight, and start the writer thread.
+    pub fn open(path: &Path, opts: Options) -> Result<(Ledger, Recovered), LedgerError> {
+        let mut conn = connect(path, &opts)?;
+        migrate::migrate_to(&mut conn, migrate::latest())?;
+        let recovered = writer::recover(&mut conn)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("purser-ledger".into())
+            .spawn(move || writer::run(conn, rx))
+            .map_err(|e| {
+                LedgerError::Corrupt(format!("cannot start the ledger writer thread: {e}"))
+            })?;
+        Ok((
+            Ledger {
+                tx,
+                path: path.to_path_buf(),
+            },
+            recovered,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn call(&self, op: Op) -> Result<(), LedgerError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(writer::Envelope { op, reply })
+            .map_err(|_| LedgerError::WriterGone)?;
+        rx.await.map_err(|_| LedgerError::WriterGone)?
+    }
+
+    /// Record the request and reserve its worst case against every period budget,
+    /// atomically; refused (and recorded as refused) when any budget would overflow.
+    pub async fn admit(
+        &self,
+        req: NewRequest,
+        budgets: Vec<BudgetLimit>,
+    ) -> Result<(), LedgerError> {
+        self.call(Op::Admit { req, budgets }).await
+    }
+
+    /// Record a request refused before any attempt (ceiling, destination, model).
+    pub async fn record_refusal(
+        &self,
+        req: NewRequest,
+        error_code: &str,
+    ) -> Result<(), LedgerError> {
+        self.call(Op::Refusal {
+            req,
+            error_code: error_code.to_string(),
+        })
+        .await
+    }
+
+    /// Write the attempt as `in_flight` before its upstream call is sent.
+    pub async fn begin_attempt(&self, a: NewAttempt) -> Result<(), LedgerError> {
+        self.call(Op::BeginAttempt(a)).await
+    }
+
+    pub async fn finish_attempt(&self, r: AttemptResult) -> Result<(), LedgerError> {
+        self.call(Op::FinishAttempt(r)).await
+    }
+
+    /// Complete the request and settle its reservations to what it was charged.
+    pub async fn finish_request(&self, r: RequestResult) -> Result<(), LedgerError> {
+        self.call(Op::FinishRequest(r)).await
+    }
+
+    /// Operator settlement of an interrupted request: its charge becomes `cost`.
+    pub async fn settle(&self, request_id: &str, cost: Money) -> Result<(), LedgerError> {
+        self.call(Op::Settle {
+            request_id: request_id.to_string(),
+            cost,
+        })
+        .await
+    }
+
+    /// A read-only connection for queries.
+    pub fn reader(&self) -> Result<Connection, LedgerError> {
+        read::open_reader(&self.path)
+    }
+}

@@ -1,0 +1,356 @@
+//! The writer thread: applies operations in groups, one transaction per group, one
+//! savepoint per operation so a refused admission does not undo its neighbours.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Recovered, RequestResult,
+    rfc3339, window_start,
+};
+use crate::money::Money;
+
+/// Most operations committed together; bounds the latency one commit adds.
+const MAX_GROUP: usize = 1024;
+
+#[derive(Debug)]
+pub enum Op {
+    Admit {
+        req: NewRequest,
+        budgets: Vec<BudgetLimit>,
+    },
+    Refusal {
+        req: NewRequest,
+        error_code: String,
+    },
+    BeginAttempt(NewAttempt),
+    FinishAttempt(AttemptResult),
+    FinishRequest(RequestResult),
+    Settle {
+        request_id: String,
+        cost: Money,
+    },
+}
+
+pub struct Envelope {
+    pub op: Op,
+    pub reply: oneshot::Sender<Result<(), LedgerError>>,
+}
+
+pub fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while let Some(first) = rx.blocking_recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(e) => group.push(e),
+                Err(_) => break,
+            }
+        }
+        let results = apply_group(&mut conn, &group);
+        for (env, res) in group.drain(..).zip(results) {
+            let _ = env.reply.send(res);
+        }
+    }
+}
+
+fn apply_group(conn: &mut Connection, group: &[Envelope]) -> Vec<Result<(), LedgerError>> {
+    let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => {
+            return group
+                .iter()
+                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
+                .collect();
+        }
+    };
+    let mut results = Vec::with_capacity(group.len());
+    for env in group {
+        if tx.is_autocommit() {
+            // SQLite rolled the transaction back (disk full, I/O error): running the
+            // rest would commit each on its own, outside the group.
+            results.push(Err(LedgerError::Corrupt(
+                "the group's transaction was rolled back by SQLite".into(),
+            )));
+            continue;
+        }
+        results.push(apply_one(&tx, &env.op));
+    }
+    match tx.commit() {
+        Ok(()) => results,
+        // Nothing in the group is durable: every caller is told, and fails closed.
+        Err(e) => results
+            .into_iter()
+            .map(|r| match r {
+                Err(LedgerError::BudgetExhausted { .. }) | Ok(()) => {
+                    Err(LedgerError::Sqlite(clone_err(&e)))
+                }
+                Err(other) => Err(other),
+            })
+            .collect(),
+    }
+}
+
+fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
+    match e.sqlite_error() {
+        Some(s) => rusqlite::Error::SqliteFailure(*s, Some(e.to_string())),
+        None => rusqlite::Error::InvalidQuery,
+    }
+}
+
+fn apply_one(tx: &Transaction<'_>, op: &Op) -> Result<(), LedgerError> {
+    // A single statement is atomic on its own; only multi-statement operations need a
+    // savepoint to undo their partial writes.
+    match op {
+        Op::BeginAttempt(a) => return begin_attempt(tx, a),
+        Op::FinishAttempt(r) => return finish_attempt(tx, r),
+        Op::Admit { .. } | Op::Refusal { .. } | Op::FinishRequest(_) | Op::Settle { .. } => {}
+    }
+    tx.execute_batch("SAVEPOINT op")?;
+    let r = match op {
+        Op::Admit { req, budgets } => admit(tx, req, budgets),
+        Op::Refusal { req, error_code } => insert_request(tx, req, "refused", Some(error_code)),
+        Op::BeginAttempt(a) => begin_attempt(tx, a),
+        Op::FinishAttempt(r) => finish_attempt(tx, r),
+        Op::FinishRequest(r) => finish_request(tx, r),
+        Op::Settle { request_id, cost } => settle(tx, request_id, *cost),
+    };
+    match &r {
+        Ok(()) => tx.execute_batch("RELEASE op")?,
+        Err(LedgerError::BudgetExhausted { .. }) => {
+            // Keep the refusal on record: the request row says why it was refused.
+            tx.execute_batch("RELEASE op")?;
+        }
+        // After SQLITE_FULL or an I/O error SQLite has already rolled the whole
+        // transaction back; the original error is the one worth reporting.
+        Err(_) => {
+            let _ = tx.execute_batch("ROLLBACK TO op; RELEASE op");
+        }
+    }
+    r
+}
+
+fn insert_request(
+    tx: &Transaction<'_>,
+    r: &NewRequest,
+    outcome: &str,
+    error_code: Option<&str>,
+) -> Result<(), LedgerError> {
+    let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
+    tx.prepare_cached(
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        r.id,
+        rfc3339(r.received_at),
+        i64::try_from(ms).unwrap_or(i64::MAX),
+        r.client,
+        r.policy,
+        r.plan_id,
+        r.model,
+        r.mode.as_str(),
+        r.ceiling.to_string(),
+        r.worst_case.to_string(),
+        outcome,
+        error_code,
+    ])?;
+    Ok(())
+}
+
+fn money_col(s: String) -> Result<Money, LedgerError> {
+    s.parse()
+        .map_err(|_| LedgerError::Corrupt(format!("amount `{s}`")))
+}
+
+fn admit(
+    tx: &Transaction<'_>,
+    req: &NewRequest,
+    budgets: &[BudgetLimit],
+) -> Result<(), LedgerError> {
+    let mut windows = Vec::with_capacity(budgets.len());
+    for b in budgets {
+        let start = window_start(b.period, req.received_at);
+        tx.prepare_cached(
+            "INSERT INTO budget_windows (policy, period, window_start, limit_amount) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (policy, period, window_start) DO UPDATE SET limit_amount = excluded.limit_amount",
+        )?
+        .execute(params![req.policy, b.period.as_str(), start, b.limit.to_string()])?;
+        let (spent, reserved): (String, String) = tx
+            .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .query_row(params![req.policy, b.period.as_str(), start], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (spent, reserved) = (money_col(spent)?, money_col(reserved)?);
+        if spent + reserved + req.worst_case > b.limit {
+            insert_request(tx, req, "refused", Some("budget_exhausted"))?;
+            return Err(LedgerError::BudgetExhausted {
+                policy: req.policy.clone(),
+                period: b.period.as_str(),
+                limit: b.limit,
+                spent,
+                reserved,
+                remaining: b.limit.saturating_sub(spent + reserved),
+                needed: req.worst_case,
+            });
+        }
+        windows.push((b.period, start, reserved));
+    }
+    insert_request(tx, req, "in_flight", None)?;
+    for (period, start, reserved) in windows {
+        tx.prepare_cached("UPDATE budget_windows SET reserved = ?4 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .execute(params![req.policy, period.as_str(), start, (reserved + req.worst_case).to_string()])?;
+        tx.prepare_cached("INSERT INTO reservations (request_id, policy, period, window_start, amount, state) VALUES (?1, ?2, ?3, ?4, ?5, 'held')")?
+            .execute(params![req.id, req.policy, period.as_str(), start, req.worst_case.to_string()])?;
+    }
+    Ok(())
+}
+
+fn begin_attempt(tx: &Transaction<'_>, a: &NewAttempt) -> Result<(), LedgerError> {
+    tx.prepare_cached(
+        "INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'in_flight', 'maybe_billed', ?7)",
+    )?
+    .execute(params![a.request_id, a.seq, a.provider, a.upstream_model, a.jurisdiction, rfc3339(a.started_at), a.worst_case.to_string()])?;
+    Ok(())
+}
+
+fn finish_attempt(tx: &Transaction<'_>, r: &AttemptResult) -> Result<(), LedgerError> {
+    let n = tx
+        .prepare_cached(
+            "UPDATE attempts SET finished_at = ?3, state = 'done', status = ?4, class = ?5, billing = ?6, decision = ?7, reason = ?8,
+             input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12 WHERE request_id = ?1 AND seq = ?2",
+        )?
+        .execute(params![
+            r.request_id,
+            r.seq,
+            rfc3339(r.finished_at),
+            r.status,
+            r.class,
+            r.billing.as_str(),
+            r.decision,
+            r.reason,
+            r.input_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            r.output_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            r.cost.to_string(),
+            r.message,
+        ])?;
+    if n == 0 {
+        return Err(LedgerError::UnknownRequest(format!(
+            "{}#{}",
+            r.request_id, r.seq
+        )));
+    }
+    Ok(())
+}
+
+/// Replace the request's held reservations with `charged`.
+fn release(
+    tx: &Transaction<'_>,
+    request_id: &str,
+    charged: Money,
+    states: &[&str],
+) -> Result<(), LedgerError> {
+    let rows: Vec<(String, String, String, String, String)> = tx
+        .prepare_cached("SELECT policy, period, window_start, amount, state FROM reservations WHERE request_id = ?1")?
+        .query_map(params![request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+        .collect::<Result<_, _>>()?;
+    for (policy, period, start, amount, state) in rows {
+        if !states.contains(&state.as_str()) {
+            continue;
+        }
+        let amount = money_col(amount)?;
+        let (spent, reserved): (String, String) = tx
+            .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (mut spent, mut reserved) = (money_col(spent)?, money_col(reserved)?);
+        if state == "held" {
+            reserved = reserved.saturating_sub(amount);
+        } else {
+            // An interrupted reservation was moved to spent at recovery.
+            spent = spent.saturating_sub(amount);
+        }
+        spent = spent + charged;
+        tx.prepare_cached("UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .execute(params![policy, period, start, spent.to_string(), reserved.to_string()])?;
+        tx.prepare_cached("UPDATE reservations SET state = 'settled', amount = ?3 WHERE request_id = ?1 AND period = ?2")?
+            .execute(params![request_id, period, charged.to_string()])?;
+    }
+    Ok(())
+}
+
+fn finish_request(tx: &Transaction<'_>, r: &RequestResult) -> Result<(), LedgerError> {
+    let n = tx
+        .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5 WHERE id = ?1")?
+        .execute(params![r.request_id, r.outcome.as_str(), r.error_code, r.served_by, r.cost.to_string()])?;
+    if n == 0 {
+        return Err(LedgerError::UnknownRequest(r.request_id.clone()));
+    }
+    release(tx, &r.request_id, r.charged, &["held"])
+}
+
+fn settle(tx: &Transaction<'_>, request_id: &str, cost: Money) -> Result<(), LedgerError> {
+    let outcome: Option<String> = tx
+        .query_row(
+            "SELECT outcome FROM requests WHERE id = ?1",
+            params![request_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match outcome.as_deref() {
+        None => return Err(LedgerError::UnknownRequest(request_id.to_string())),
+        Some("interrupted") => {}
+        Some(other) => {
+            return Err(LedgerError::Corrupt(format!(
+                "request {request_id} is `{other}`, only interrupted requests are settled by hand"
+            )));
+        }
+    }
+    tx.execute(
+        "UPDATE requests SET cost = ?2 WHERE id = ?1",
+        params![request_id, cost.to_string()],
+    )?;
+    release(tx, request_id, cost, &["interrupted", "held"])
+}
+
+/// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and
+/// their reservations stay counted (moved to spent) until an operator settles them.
+pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let attempts = tx.execute(
+        "UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop',
+         reason = 'the gateway stopped while this attempt was in flight; the upstream may have billed it'
+         WHERE state = 'in_flight'",
+        [],
+    )?;
+    let ids: Vec<String> = tx
+        .prepare("SELECT id FROM requests WHERE outcome = 'in_flight'")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for id in &ids {
+        tx.execute(
+            "UPDATE requests SET outcome = 'interrupted' WHERE id = ?1",
+            params![id],
+        )?;
+        let held: Vec<(String, String, String, String)> = tx
+            .prepare("SELECT policy, period, window_start, amount FROM reservations WHERE request_id = ?1 AND state = 'held'")?
+            .query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<Result<_, _>>()?;
+        for (policy, period, start, amount) in held {
+            let amount = money_col(amount)?;
+            let (spent, reserved): (String, String) = tx.query_row(
+                "SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
+                params![policy, period, start],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            tx.execute(
+                "UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
+                params![policy, period, start, (money_col(spent)? + amount).to_string(), money_col(reserved)?.saturating_sub(amount).to_string()],
+            )?;
+            tx.execute("UPDATE reservations SET state = 'interrupted' WHERE request_id = ?1 AND period = ?2", params![id, period])?;
+        }
+    }
+    tx.commit()?;
+    Ok(Recovered {
+        attempts,
+        requests: ids.len(),
+    })
+}

@@ -1,0 +1,306 @@
+//! The ledger on a real SQLite file: migrations, recovery, fail-closed writes, exact
+//! sums and atomic budget admission.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+use std::sync::Arc;
+
+use purser::failure::Billing;
+use purser::ledger::{
+    self, AttemptResult, BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest, Options,
+    Outcome, RequestResult,
+};
+use purser::money::Money;
+use purser::policy::plan::{Mode, Period};
+use rusqlite::params;
+
+fn m(s: &str) -> Money {
+    s.parse().unwrap()
+}
+
+fn req(id: &str, worst: &str) -> NewRequest {
+    NewRequest {
+        id: id.into(),
+        received_at: time::OffsetDateTime::now_utc(),
+        client: "bot".into(),
+        policy: "team".into(),
+        plan_id: "p1".into(),
+        model: "gpt-4o-mini".into(),
+        mode: Mode::Hard,
+        ceiling: m("1"),
+        worst_case: m(worst),
+    }
+}
+
+fn attempt(id: &str, seq: u32) -> NewAttempt {
+    NewAttempt {
+        request_id: id.into(),
+        seq,
+        provider: "openai-us".into(),
+        upstream_model: "gpt-4o-mini".into(),
+        jurisdiction: "us".into(),
+        started_at: time::OffsetDateTime::now_utc(),
+        worst_case: m("0.01"),
+    }
+}
+
+fn version(path: &std::path::Path) -> u32 {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
+        r.get(0)
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn migrates_from_empty_and_from_each_earlier_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = dir.path().join("fresh.db");
+    drop(Ledger::open(&fresh, Options::default()).unwrap());
+    assert_eq!(version(&fresh), ledger::latest_version());
+
+    for earlier in 1..ledger::latest_version() {
+        let path = dir.path().join(format!("v{earlier}.db"));
+        {
+            let mut c = ledger::connect(&path, &Options::default()).unwrap();
+            ledger::migrate_to(&mut c, earlier).unwrap();
+            c.execute(
+                "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome)
+                 VALUES ('old', '2026-01-01T00:00:00Z', 0, 'c', 'p', 'x', 'm', 'hard', '1', '0.1', 'served')",
+                [],
+            )
+            .unwrap();
+        }
+        assert_eq!(version(&path), earlier);
+        let (l, _) = Ledger::open(&path, Options::default()).unwrap();
+        assert_eq!(version(&path), ledger::latest_version());
+        let row = ledger::read::request(&l.reader().unwrap(), "old")
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.outcome, "served", "data survives the migration");
+    }
+}
+
+#[tokio::test]
+async fn a_newer_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    drop(Ledger::open(&path, Options::default()).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO schema_migrations VALUES (999, 'future', 'x')",
+            [],
+        )
+        .unwrap();
+    match Ledger::open(&path, Options::default()) {
+        Err(e @ LedgerError::TooNew { database: 999, .. }) => {
+            assert!(e.to_string().contains("newer than this purser"))
+        }
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("a newer database was accepted"),
+    }
+}
+
+#[tokio::test]
+async fn in_flight_rows_become_interrupted_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.db");
+    {
+        let (l, rec) = Ledger::open(&path, Options::default()).unwrap();
+        assert_eq!(rec.attempts, 0);
+        l.admit(
+            req("r1", "0.30"),
+            vec![BudgetLimit {
+                period: Period::Day,
+                limit: m("1"),
+            }],
+        )
+        .await
+        .unwrap();
+        l.begin_attempt(attempt("r1", 1)).await.unwrap();
+        // The process "dies" here: the attempt is never completed.
+    }
+    let (l, rec) = Ledger::open(&path, Options::default()).unwrap();
+    assert_eq!((rec.attempts, rec.requests), (1, 1));
+    let conn = l.reader().unwrap();
+    let row = ledger::read::request(&conn, "r1").unwrap().unwrap();
+    assert_eq!(row.outcome, "interrupted");
+    assert_eq!(row.attempts[0].state, "interrupted");
+    assert_eq!(row.attempts[0].billing, "maybe_billed");
+    // The reservation stays counted, as spent, until an operator settles it.
+    let b = &ledger::read::budgets(&conn).unwrap()[0];
+    assert_eq!((b.spent.as_str(), b.reserved.as_str()), ("0.3", "0"));
+    l.settle("r1", m("0.05")).await.unwrap();
+    let b = &ledger::read::budgets(&conn).unwrap()[0];
+    assert_eq!((b.spent.as_str(), b.reserved.as_str()), ("0.05", "0"));
+}
+
+#[tokio::test]
+async fn fails_closed_when_the_disk_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.db");
+    drop(Ledger::open(&path, Options::default()).unwrap());
+    let pages: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    // A quota at the current size: the next page the ledger needs is refused (SQLITE_FULL).
+    let (l, _) = Ledger::open(
+        &path,
+        Options {
+            max_page_count: Some(pages as u64),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let big = "x".repeat(64 * 1024);
+    let mut r = req("r-full", "0.01");
+    r.client = big;
+    let err = l.admit(r, vec![]).await.unwrap_err();
+    assert!(err.to_string().contains("full"), "{err}");
+    // Nothing half-written: the request is not there.
+    assert!(
+        ledger::read::request(&l.reader().unwrap(), "r-full")
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn fails_closed_on_a_read_only_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.db");
+    drop(Ledger::open(&path, Options::default()).unwrap());
+    // Open it read-only through SQLite itself (file modes do not bind root).
+    let uri = format!("file:{}?mode=ro", path.display());
+    let conn = rusqlite::Connection::open_with_flags(
+        &uri,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let err = conn
+        .execute("INSERT INTO schema_migrations VALUES (50, 'x', 'y')", [])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("readonly")
+            || err.to_string().contains("read-only")
+            || err.to_string().contains("read only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_million_tiny_costs_sum_exactly_in_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sum.db");
+    {
+        let mut c = ledger::connect(&path, &Options::default()).unwrap();
+        ledger::migrate_to(&mut c, ledger::latest_version()).unwrap();
+        let tx = c.transaction().unwrap();
+        tx.execute(
+            "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome)
+             VALUES ('r', '2026-01-01T00:00:00Z', 0, 'c', 'p', 'x', 'm', 'soft', '1', '1', 'served')",
+            [],
+        )
+        .unwrap();
+        {
+            let mut st = tx
+                .prepare("INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, cost, worst_case) VALUES ('r', ?1, 'p', 'm', 'us', 't', 'done', 'billed', '0.0000001', '0.0000001')")
+                .unwrap();
+            for i in 1..=1_000_000u32 {
+                st.execute(params![i]).unwrap();
+            }
+        }
+        tx.commit().unwrap();
+    }
+    let total = ledger::read::total_cost(&ledger::read::open_reader(&path).unwrap()).unwrap();
+    assert_eq!(total, "0.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_admissions_never_pass_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = Ledger::open(&dir.path().join("cap.db"), Options::default()).unwrap();
+    let l = Arc::new(l);
+    // The cap fits exactly 50 worst cases of 0.02.
+    let budgets = vec![
+        BudgetLimit {
+            period: Period::Day,
+            limit: m("1.00"),
+        },
+        BudgetLimit {
+            period: Period::Month,
+            limit: m("100"),
+        },
+    ];
+    let mut tasks = vec![];
+    for i in 0..200 {
+        let l = l.clone();
+        let b = budgets.clone();
+        tasks.push(tokio::spawn(async move {
+            l.admit(req(&format!("r{i}"), "0.02"), b).await
+        }));
+    }
+    let mut admitted = 0;
+    let mut refused = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(LedgerError::BudgetExhausted {
+                period: "day",
+                remaining,
+                ..
+            }) => {
+                assert_eq!(remaining, Money::ZERO);
+                refused += 1
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((admitted, refused), (50, 150));
+    let conn = l.reader().unwrap();
+    let refused_rows: i64 = conn.query_row("SELECT COUNT(*) FROM requests WHERE outcome = 'refused' AND error_code = 'budget_exhausted'", [], |r| r.get(0)).unwrap();
+    assert_eq!(refused_rows, 150, "refusals are on record");
+
+    // Settling to the actual cost frees the rest of the reservation.
+    l.begin_attempt(attempt("r0", 1)).await.ok();
+    let served = (0..200)
+        .map(|i| format!("r{i}"))
+        .find(|id| ledger::read::request(&conn, id).unwrap().unwrap().outcome == "in_flight")
+        .unwrap();
+    l.begin_attempt(attempt(&served, 1)).await.ok();
+    l.finish_attempt(AttemptResult {
+        request_id: served.clone(),
+        seq: 1,
+        finished_at: time::OffsetDateTime::now_utc(),
+        status: Some(200),
+        class: "success".into(),
+        billing: Billing::Billed,
+        decision: "served".into(),
+        reason: "ok".into(),
+        input_tokens: Some(10),
+        output_tokens: Some(10),
+        cost: m("0.005"),
+        message: None,
+    })
+    .await
+    .unwrap();
+    l.finish_request(RequestResult {
+        request_id: served,
+        outcome: Outcome::Served,
+        error_code: None,
+        served_by: Some("openai-us".into()),
+        cost: m("0.005"),
+        charged: m("0.005"),
+    })
+    .await
+    .unwrap();
+    let day = ledger::read::budgets(&conn)
+        .unwrap()
+        .into_iter()
+        .find(|b| b.period == "day")
+        .unwrap();
+    assert_eq!(day.spent, "0.005");
+    assert_eq!(day.reserved, "0.98");
+}
