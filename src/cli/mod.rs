@@ -7,7 +7,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod check;
 pub mod classify;
+mod demo;
 mod explain;
+mod serve;
 
 /// Exit codes (DESIGN 8): 0 ok, 1 invalid input, 2 usage; `diff --fail-on widen` uses 3.
 pub const EXIT_INVALID: u8 = 1;
@@ -57,11 +59,39 @@ pub enum Command {
         #[arg(long)]
         max_tokens: Option<u64>,
     },
+    /// Run the gateway.
+    Serve {
+        #[arg(long, default_value = "policies")]
+        config: PathBuf,
+        #[arg(long, default_value = "purser.db")]
+        db: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        #[arg(long, value_enum, default_value = "pretty")]
+        log_format: LogFormat,
+    },
+    /// Run the whole mechanism offline against simulated providers and print what happened.
+    Demo {
+        /// Exit after the scenarios instead of serving until Ctrl-C.
+        #[arg(long)]
+        once: bool,
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Ledger file (default: a temporary one).
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
     /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
     Classify {
         #[arg(long, value_enum)]
         api: Option<ApiArg>,
     },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,5 +124,40 @@ pub fn run(cli: Cli) -> ExitCode {
             max_tokens,
         } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
         Command::Classify { api } => classify::classify(api.map(Into::into)),
+        Command::Serve {
+            config,
+            db,
+            listen,
+            log_format,
+        } => {
+            init_logging(log_format);
+            runtime(serve::serve(&config, &db, listen))
+        }
+        Command::Demo { once, listen, db } => runtime(demo::demo(once, listen, db)),
     }
+}
+
+fn runtime(fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(fut),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Pretty => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
 }

@@ -1,0 +1,756 @@
+//! The request loop: authenticate → select → admit → attempt → classify → decide →
+//! record, until served or stopped. Knows nothing of HTTP frameworks: `http` maps its
+//! results to responses.
+
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::breaker::{Breakers, Permit};
+use crate::clock::Clock;
+use crate::decide::{self, Action, AlternateState};
+use crate::failure::{self, Billing, FailureClass, Outcome as Classified};
+use crate::ledger::{
+    self, AttemptResult, BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest, RequestResult,
+};
+use crate::money::Money;
+use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy, Provider};
+use crate::selection::{self, Refusal, TokenBounds};
+use crate::upstream::{self, ChatRequest, Credentials, Observation};
+
+/// Most bytes of an upstream message kept in the ledger and shown to clients.
+const MESSAGE_LIMIT: usize = 2048;
+/// Tokens assumed per image part under a soft ceiling (no provable bound exists).
+const SOFT_IMAGE_TOKENS: u64 = 1_600;
+
+/// One attempt as the client's error and the headers report it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptReport {
+    pub provider: String,
+    pub model: String,
+    pub class: String,
+    pub status: Option<u16>,
+    pub message: String,
+}
+
+/// Why a request was not served; each maps to one DESIGN 6 code.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("missing or unknown client key")]
+    Unauthorized,
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("model `{model}` is not allowed by policy `{policy}`; allowed: {allowed}")]
+    ModelNotAllowed {
+        model: String,
+        policy: String,
+        allowed: String,
+    },
+    #[error(
+        "no destination serves model `{model}` in the jurisdictions of policy `{policy}`{hint}"
+    )]
+    NoDestination {
+        model: String,
+        policy: String,
+        hint: String,
+    },
+    #[error("{0}")]
+    CeilingExceeded(String),
+    #[error("{0}")]
+    BudgetExhausted(String),
+    #[error("the ledger cannot record this request, so no upstream call was made: {0}")]
+    LedgerUnavailable(String),
+    /// The upstream objected (or every attempt failed): its own words, the class, all attempts.
+    #[error("{message}")]
+    Upstream {
+        class: FailureClass,
+        provider: String,
+        status: Option<u16>,
+        message: String,
+        attempts: Vec<AttemptReport>,
+        request_id: String,
+    },
+}
+
+impl GatewayError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            GatewayError::Unauthorized => "unauthorized",
+            GatewayError::InvalidRequest(_) => "invalid_request",
+            GatewayError::ModelNotAllowed { .. } => "model_not_allowed",
+            GatewayError::NoDestination { .. } => "no_destination",
+            GatewayError::CeilingExceeded(_) => "ceiling_exceeded",
+            GatewayError::BudgetExhausted(_) => "budget_exhausted",
+            GatewayError::LedgerUnavailable(_) => "ledger_unavailable",
+            GatewayError::Upstream { class, .. } => class.as_str(),
+        }
+    }
+}
+
+/// A served request.
+#[derive(Debug)]
+pub struct Served {
+    pub request_id: String,
+    pub body: Value,
+    pub provider: String,
+    pub attempts: usize,
+    pub cost: Money,
+    pub fallback: bool,
+    pub clamped_to: Option<u64>,
+}
+
+pub struct Failed {
+    pub request_id: Option<String>,
+    pub error: GatewayError,
+}
+
+/// The running gateway: the active plan and everything the loop needs.
+pub struct Engine {
+    plan: RwLock<Arc<Plan>>,
+    breakers: RwLock<Arc<Breakers>>,
+    pub ledger: Ledger,
+    clock: Arc<dyn Clock>,
+    http: reqwest::Client,
+    credentials: Credentials,
+}
+
+/// The parts of the client's body the engine reads.
+struct Parsed {
+    model: String,
+    max_tokens: Option<u64>,
+    text_bytes: u64,
+    messages: u64,
+    images: u64,
+}
+
+fn parse(body: &Value) -> Result<Parsed, GatewayError> {
+    let bad = |m: &str| GatewayError::InvalidRequest(m.to_string());
+    let obj = body
+        .as_object()
+        .ok_or_else(|| bad("the body must be a JSON object"))?;
+    let model = match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => return Err(bad("`model` must be a non-empty string")),
+        None => return Err(bad("missing required field `model`")),
+    };
+    let messages = match obj.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
+        Some(_) => return Err(bad("`messages` must be an array")),
+        None => return Err(bad("missing required field `messages`")),
+    };
+    let mut text_bytes = 0u64;
+    let mut images = 0u64;
+    for (i, m) in messages.iter().enumerate() {
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
+            return Err(GatewayError::InvalidRequest(format!(
+                "messages[{i}].role must be a string"
+            )));
+        };
+        text_bytes += role.len() as u64;
+        match m.get("content") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => text_bytes += s.len() as u64,
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    match p.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            text_bytes += p
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .map_or(0, |t| t.len() as u64)
+                        }
+                        Some("image_url" | "input_image" | "image") => images += 1,
+                        // Other parts count by their JSON size: a bound for any tokenizer.
+                        _ => text_bytes += p.to_string().len() as u64,
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(GatewayError::InvalidRequest(format!(
+                    "messages[{i}].content must be a string or an array of parts"
+                )));
+            }
+        }
+        // Tool calls and names are sent too.
+        for k in ["tool_calls", "name", "tool_call_id"] {
+            if let Some(v) = m.get(k) {
+                text_bytes += v.to_string().len() as u64;
+            }
+        }
+    }
+    for k in ["tools", "response_format", "tool_choice"] {
+        if let Some(v) = obj.get(k) {
+            text_bytes += v.to_string().len() as u64;
+        }
+    }
+    let int = |k: &str| -> Result<Option<u64>, GatewayError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
+                GatewayError::InvalidRequest(format!("`{k}` must be a positive integer"))
+            }),
+        }
+    };
+    let max_tokens = int("max_completion_tokens")?.or(int("max_tokens")?);
+    if let Some(s) = obj.get("stream")
+        && !s.is_boolean()
+    {
+        return Err(bad("`stream` must be a boolean"));
+    }
+    Ok(Parsed {
+        model,
+        max_tokens,
+        text_bytes,
+        messages: messages.len() as u64,
+        images,
+    })
+}
+
+fn truncate_redact(text: &str, secret: Option<&str>) -> String {
+    let mut s = match secret {
+        Some(k) if k.len() >= 4 => text.replace(k, "[REDACTED]"),
+        _ => text.to_string(),
+    };
+    if s.len() > MESSAGE_LIMIT {
+        let mut cut = MESSAGE_LIMIT;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// The upstream's own words: the error message field when there is one.
+fn upstream_message(body: &str) -> String {
+    let v: Option<Value> = serde_json::from_str(body).ok();
+    let from_json = v.as_ref().and_then(|v| {
+        let v = if let Value::Array(a) = v {
+            a.first()?
+        } else {
+            v
+        };
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    from_json.unwrap_or_else(|| body.trim().to_string())
+}
+
+impl Engine {
+    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Engine {
+        let breakers = Breakers::for_plan(&plan, clock.clone(), None);
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()
+            .unwrap_or_default();
+        Engine {
+            plan: RwLock::new(Arc::new(plan)),
+            breakers: RwLock::new(Arc::new(breakers)),
+            ledger,
+            clock,
+            http,
+            credentials: Credentials::default(),
+        }
+    }
+
+    pub fn plan(&self) -> Arc<Plan> {
+        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn breakers(&self) -> Arc<Breakers> {
+        self.breakers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Swap in a new plan atomically; requests already running keep theirs.
+    pub fn replace_plan(&self, plan: Plan) {
+        let b = Breakers::for_plan(&plan, self.clock.clone(), Some(&self.breakers()));
+        *self.breakers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(b);
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(plan);
+    }
+
+    /// The client a key belongs to under the current plan.
+    pub fn authenticate(&self, plan: &Plan, key: &str) -> Option<ClientRef> {
+        use sha2::Digest;
+        let digest: [u8; 32] = sha2::Sha256::digest(key.as_bytes()).into();
+        plan.client_by_key_hash(&digest).cloned()
+    }
+
+    /// Models the client's policy may request.
+    pub fn models_for(&self, key: &str) -> Result<Vec<String>, GatewayError> {
+        let plan = self.plan();
+        let who = self
+            .authenticate(&plan, key)
+            .ok_or(GatewayError::Unauthorized)?;
+        let policy = plan
+            .policy(who.policy.as_str())
+            .ok_or(GatewayError::Unauthorized)?;
+        Ok(policy.routes.keys().map(|m| m.to_string()).collect())
+    }
+
+    /// Handle one chat completion: the whole chain, recorded.
+    pub async fn chat(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
+        let plan = self.plan();
+        let no_id = |error| Failed {
+            request_id: None,
+            error,
+        };
+        let who = key
+            .and_then(|k| self.authenticate(&plan, k))
+            .ok_or_else(|| no_id(GatewayError::Unauthorized))?;
+        let policy = plan
+            .policy(who.policy.as_str())
+            .ok_or_else(|| no_id(GatewayError::Unauthorized))?;
+        let parsed = parse(&body).map_err(no_id)?;
+        let request_id = ulid::Ulid::generate().to_string();
+        let with_id = |error| Failed {
+            request_id: Some(request_id.clone()),
+            error,
+        };
+
+        let mut new_request = NewRequest {
+            id: request_id.clone(),
+            received_at: self.clock.wall(),
+            client: who.client.to_string(),
+            policy: policy.id.to_string(),
+            plan_id: plan.id().to_string(),
+            model: parsed.model.clone(),
+            mode: policy.ceiling.mode,
+            ceiling: policy.ceiling.per_request,
+            worst_case: Money::ZERO,
+        };
+
+        // Selection: a refusal here is recorded, and no upstream is called.
+        let selected = match self.select(&plan, policy, &parsed) {
+            Ok(s) => s,
+            Err(e) => {
+                self.ledger
+                    .record_refusal(new_request, e.code())
+                    .await
+                    .map_err(|l| with_id(GatewayError::LedgerUnavailable(l.to_string())))?;
+                return Err(with_id(e));
+            }
+        };
+        new_request.worst_case = selected.worst_case;
+        let budgets: Vec<BudgetLimit> = policy
+            .budgets
+            .iter()
+            .map(|b| BudgetLimit {
+                period: b.period,
+                limit: b.limit,
+            })
+            .collect();
+        match self.ledger.admit(new_request, budgets).await {
+            Ok(()) => {}
+            Err(e @ LedgerError::BudgetExhausted { .. }) => {
+                return Err(with_id(GatewayError::BudgetExhausted(e.to_string())));
+            }
+            Err(e) => return Err(with_id(GatewayError::LedgerUnavailable(e.to_string()))),
+        }
+        let req = ChatRequest {
+            body,
+            max_tokens: selected.bounds.output,
+        };
+        self.run_chain(&plan, policy, &request_id, &selected, &req)
+            .await
+            .map_err(with_id)
+    }
+
+    fn select(
+        &self,
+        plan: &Plan,
+        policy: &Policy,
+        parsed: &Parsed,
+    ) -> Result<selection::Selected, GatewayError> {
+        let Some(route) = policy.routes.get(parsed.model.as_str()) else {
+            return Err(GatewayError::ModelNotAllowed {
+                model: parsed.model.clone(),
+                policy: policy.id.to_string(),
+                allowed: policy
+                    .routes
+                    .keys()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        };
+        let mut text = parsed.text_bytes;
+        if parsed.images > 0 {
+            match policy.ceiling.mode {
+                Mode::Hard => {
+                    return Err(GatewayError::CeilingExceeded(format!(
+                        "the request has {} image part(s) whose token cost cannot be bounded; a hard ceiling needs a provable bound",
+                        parsed.images
+                    )));
+                }
+                Mode::Soft => text += parsed.images * SOFT_IMAGE_TOKENS,
+            }
+        }
+        let bounds = TokenBounds {
+            input: selection::input_bound(text, parsed.messages),
+            output: parsed.max_tokens.unwrap_or(policy.max_output_tokens),
+        };
+        let breakers = self.breakers();
+        selection::select(route, &policy.ceiling, bounds, |d| breakers.is_open(&d.provider)).map_err(|r| match r {
+            Refusal::NoDestination => GatewayError::NoDestination {
+                model: parsed.model.clone(),
+                policy: policy.id.to_string(),
+                hint: plan.no_destination_hint().map(|h| format!(". {h}")).unwrap_or_default(),
+            },
+            Refusal::DoesNotFit { considered, .. } => {
+                let detail: Vec<String> = considered
+                    .iter()
+                    .map(|c| match &c.verdict {
+                        selection::Verdict::ContextTooSmall { needed, window } => format!("{}: needs {needed} tokens, window {window}", c.destination.label()),
+                        _ => format!(
+                            "{}: {} in × {}/M + {} out × {}/M = {}",
+                            c.destination.label(),
+                            bounds.input,
+                            c.destination.input_per_mtok,
+                            bounds.output,
+                            c.destination.output_per_mtok,
+                            c.worst_case
+                        ),
+                    })
+                    .collect();
+                GatewayError::CeilingExceeded(format!(
+                    "worst case exceeds the ceiling of {} {} per request ({}); lower max_tokens or shorten the input",
+                    policy.ceiling.per_request,
+                    plan.currency(),
+                    detail.join("; ")
+                ))
+            }
+        })
+    }
+
+    async fn run_chain(
+        &self,
+        plan: &Plan,
+        policy: &Policy,
+        request_id: &str,
+        sel: &selection::Selected,
+        req: &ChatRequest,
+    ) -> Result<Served, GatewayError> {
+        let mut reports: Vec<AttemptReport> = Vec::new();
+        let mut billed = Money::ZERO;
+        let mut charged = Money::ZERO;
+        let mut earlier_billing = Billing::NotBilled;
+        let mut dest: Destination = sel.primary.clone();
+        let mut worst = sel.worst_case;
+        let mut on_alternate = false;
+        let mut retried = false;
+        let mut seq = 0u32;
+        let mut force_circuit_open = sel.circuit_open;
+        let breakers = self.breakers();
+        let finish =
+            |outcome, served_by: Option<String>, error_code: Option<String>, cost, charged| {
+                RequestResult {
+                    request_id: request_id.to_string(),
+                    outcome,
+                    error_code,
+                    served_by,
+                    cost,
+                    charged,
+                }
+            };
+        loop {
+            seq += 1;
+            let Some(provider) = plan.provider(&dest.provider) else {
+                return Err(GatewayError::LedgerUnavailable(
+                    "plan lost a provider".into(),
+                ));
+            };
+            self.ledger
+                .begin_attempt(NewAttempt {
+                    request_id: request_id.to_string(),
+                    seq,
+                    provider: dest.provider.to_string(),
+                    upstream_model: dest.upstream_model.clone(),
+                    jurisdiction: dest.jurisdiction.to_string(),
+                    started_at: self.clock.wall(),
+                    worst_case: worst,
+                })
+                .await
+                .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+            let (outcome, status, message, key, answer) = self
+                .attempt(provider, &dest, req, &breakers, force_circuit_open)
+                .await;
+            force_circuit_open = false;
+            let class = outcome.class();
+            let billing = class.map_or(Billing::Billed, FailureClass::billing);
+            let (cost, usage_in, usage_out, served_body) = match (&outcome, answer) {
+                (Classified::Success, Some(v)) => {
+                    let (translated, usage) = upstream::translate(provider.api, &dest, &v);
+                    (
+                        dest.cost(usage.prompt_tokens, usage.completion_tokens),
+                        Some(usage.prompt_tokens),
+                        Some(usage.completion_tokens),
+                        Some(translated),
+                    )
+                }
+                _ => (Money::ZERO, None, None, None),
+            };
+            let msg = truncate_redact(&message, key.as_deref());
+            let Some(class) = class else {
+                billed = billed + cost;
+                charged = charged + cost;
+                self.record(
+                    request_id,
+                    seq,
+                    status,
+                    "success",
+                    billing,
+                    "served",
+                    "a complete answer",
+                    usage_in,
+                    usage_out,
+                    cost,
+                    None,
+                )
+                .await?;
+                self.ledger
+                    .finish_request(finish(
+                        ledger::Outcome::Served,
+                        Some(dest.provider.to_string()),
+                        None,
+                        billed,
+                        charged,
+                    ))
+                    .await
+                    .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+                return Ok(Served {
+                    request_id: request_id.to_string(),
+                    body: served_body.unwrap_or(Value::Null),
+                    provider: dest.provider.to_string(),
+                    attempts: seq as usize,
+                    cost: billed,
+                    fallback: on_alternate,
+                    clamped_to: sel.clamped_from.map(|_| sel.bounds.output),
+                });
+            };
+            if billing == Billing::MaybeBilled {
+                charged = charged + worst;
+            }
+            reports.push(AttemptReport {
+                provider: dest.provider.to_string(),
+                model: dest.upstream_model.clone(),
+                class: class.to_string(),
+                status,
+                message: msg.clone(),
+            });
+            let alternate = match (&sel.alternate, on_alternate) {
+                (_, true) => AlternateState::AlreadyUsed,
+                (None, false) => AlternateState::None,
+                (Some(a), false) => AlternateState::Available {
+                    same_upstream: plan
+                        .provider(&a.destination.provider)
+                        .is_some_and(|ap| ap.same_upstream(provider)),
+                    fits_ceiling: a.fits,
+                },
+            };
+            let credential_changed = class == FailureClass::Auth
+                && !retried
+                && self.credentials.refresh(provider, key.as_deref());
+            let decision = decide::decide(
+                class,
+                &decide::Context {
+                    mode: policy.ceiling.mode,
+                    earlier_billing,
+                    alternate,
+                    credential_changed,
+                    already_retried: retried,
+                },
+            );
+            self.record(
+                request_id,
+                seq,
+                status,
+                class.as_str(),
+                billing,
+                decision.action.as_str(),
+                &decision.reason(),
+                None,
+                None,
+                Money::ZERO,
+                Some(msg.clone()),
+            )
+            .await?;
+            earlier_billing = earlier_billing.max(billing);
+            match decision.action {
+                Action::RetrySame => {
+                    retried = true;
+                }
+                Action::FailOver => {
+                    let Some(a) = &sel.alternate else { break };
+                    dest = a.destination.clone();
+                    worst = a.worst_case;
+                    on_alternate = true;
+                    retried = false;
+                }
+                Action::Refuse | Action::Stop => {
+                    let outcome = match decision.action {
+                        Action::Refuse => ledger::Outcome::Refused,
+                        Action::Stop | Action::RetrySame | Action::FailOver => {
+                            ledger::Outcome::Failed
+                        }
+                    };
+                    self.ledger
+                        .finish_request(finish(
+                            outcome,
+                            None,
+                            Some(class.as_str().into()),
+                            billed,
+                            charged,
+                        ))
+                        .await
+                        .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+                    let summary = reports
+                        .iter()
+                        .map(|r| format!("{} → {}", r.provider, r.class))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(GatewayError::Upstream {
+                        class,
+                        provider: dest.provider.to_string(),
+                        status,
+                        message: format!(
+                            "{} (provider {}, class {class}; {} attempt(s): {summary}; {})",
+                            msg,
+                            dest.provider,
+                            reports.len(),
+                            decision.reason()
+                        ),
+                        attempts: reports,
+                        request_id: request_id.to_string(),
+                    });
+                }
+            }
+        }
+        Err(GatewayError::LedgerUnavailable(
+            "decision loop ended without an outcome".into(),
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn record(
+        &self,
+        request_id: &str,
+        seq: u32,
+        status: Option<u16>,
+        class: &str,
+        billing: Billing,
+        decision: &str,
+        reason: &str,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+        cost: Money,
+        message: Option<String>,
+    ) -> Result<(), GatewayError> {
+        self.ledger
+            .finish_attempt(AttemptResult {
+                request_id: request_id.to_string(),
+                seq,
+                finished_at: self.clock.wall(),
+                status,
+                class: class.to_string(),
+                billing,
+                decision: decision.to_string(),
+                reason: reason.to_string(),
+                input_tokens,
+                output_tokens,
+                cost,
+                message,
+            })
+            .await
+            .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
+    }
+
+    /// One attempt: breaker, credential, call, classification.
+    async fn attempt(
+        &self,
+        provider: &Provider,
+        dest: &Destination,
+        req: &ChatRequest,
+        breakers: &Breakers,
+        force_open: bool,
+    ) -> (
+        Classified,
+        Option<u16>,
+        String,
+        Option<String>,
+        Option<Value>,
+    ) {
+        let breaker = breakers.get(&provider.id);
+        let permit = match breaker {
+            Some(_) if force_open => Permit::Rejected,
+            Some(b) => b.acquire(breakers.now_ms()),
+            None => Permit::Call,
+        };
+        if permit == Permit::Rejected {
+            let o = Classified::Failure {
+                class: FailureClass::CircuitOpen,
+                reason: "circuit open: no call made".into(),
+            };
+            return (
+                o,
+                None,
+                format!("circuit of {} is open; no call was made", provider.id),
+                None,
+                None,
+            );
+        }
+        let key = match self.credentials.get(provider) {
+            Ok(k) => k,
+            Err(e) => {
+                let o = Classified::Failure {
+                    class: FailureClass::Auth,
+                    reason: "credential unavailable".into(),
+                };
+                return (o, None, e.to_string(), None, None);
+            }
+        };
+        let prepared =
+            upstream::prepare(provider.api, dest, &provider.base_url, key.as_deref(), req);
+        let obs = upstream::send(&self.http, prepared, provider.timeout()).await;
+        let (outcome, status, message, value) = match obs {
+            Observation::Transport(t, detail) => {
+                let (class, reason) = failure::classify_transport(t);
+                (
+                    Classified::Failure {
+                        class,
+                        reason: reason.into(),
+                    },
+                    None,
+                    format!("{reason}: {detail}"),
+                    None,
+                )
+            }
+            Observation::Answer {
+                status,
+                headers,
+                body,
+            } => {
+                let o = failure::classify(provider.api, status, &headers, &body);
+                match o {
+                    Classified::Success => {
+                        let v: Option<Value> = serde_json::from_str(&body).ok();
+                        (o, Some(status), String::new(), v)
+                    }
+                    Classified::Failure { .. } => (o, Some(status), upstream_message(&body), None),
+                }
+            }
+        };
+        if let Some(b) = breaker {
+            b.record(outcome.class(), breakers.now_ms());
+        }
+        (outcome, status, message, key, value)
+    }
+}

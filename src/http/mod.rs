@@ -1,0 +1,265 @@
+//! HTTP edge: routes, extraction and the single error → response mapping. Handlers
+//! stay thin: extract, call the engine, map the result.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::gateway::{Engine, Failed, GatewayError, Served};
+
+/// Default request body limit (10 MiB).
+pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
+
+pub fn router(engine: Arc<Engine>, body_limit: usize) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(engine)
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+async fn ready(State(engine): State<Arc<Engine>>) -> Response {
+    match engine.ledger.reader() {
+        Ok(_) => (
+            StatusCode::OK,
+            format!("ready: plan {}", engine.plan().id()),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
+    }
+}
+
+async fn models(State(engine): State<Arc<Engine>>, headers: HeaderMap) -> Response {
+    match engine.models_for(bearer(&headers).unwrap_or("")) {
+        Ok(models) => axum::Json(json!({
+            "object": "list",
+            "data": models.iter().map(|m| json!({"id": m, "object": "model", "owned_by": "purser"})).collect::<Vec<_>>(),
+        }))
+        .into_response(),
+        Err(e) => error_response(None, &e),
+    }
+}
+
+async fn chat(
+    State(engine): State<Arc<Engine>>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return envelope(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "invalid_request_error",
+                "the request body is larger than this gateway accepts",
+                None,
+                None,
+                &[],
+            );
+        }
+        Err(e) => return error_response(None, &GatewayError::InvalidRequest(e.body_text())),
+    };
+    let key = bearer(&headers);
+    if key.is_none() {
+        return error_response(None, &GatewayError::Unauthorized);
+    }
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_response(
+                None,
+                &GatewayError::InvalidRequest(format!("the body is not valid JSON: {e}")),
+            );
+        }
+    };
+    let stream = value
+        .get("stream")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    match engine.chat(key, value).await {
+        Ok(served) => served_response(served, stream),
+        Err(Failed { request_id, error }) => error_response(request_id.as_deref(), &error),
+    }
+}
+
+fn served_response(s: Served, stream: bool) -> Response {
+    let mut resp = if stream {
+        sse_from(&s.body).into_response()
+    } else {
+        axum::Json(&s.body).into_response()
+    };
+    let h = resp.headers_mut();
+    let mut put = |k: &'static str, v: String| {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.insert(k, v);
+        }
+    };
+    put("x-purser-request-id", s.request_id);
+    put("x-purser-provider", s.provider);
+    put("x-purser-attempts", s.attempts.to_string());
+    put("x-purser-cost", s.cost.to_string());
+    put("x-purser-fallback", s.fallback.to_string());
+    if let Some(n) = s.clamped_to {
+        put("x-purser-clamped-max-tokens", n.to_string());
+    }
+    resp
+}
+
+/// A complete answer as OpenAI chunks: failover already happened before the first
+/// byte, so a stream never splices two vendors.
+fn sse_from(body: &Value) -> Response {
+    let id = body.get("id").cloned().unwrap_or(Value::Null);
+    let model = body.get("model").cloned().unwrap_or(Value::Null);
+    let created = body.get("created").cloned().unwrap_or(Value::Null);
+    let choice = body.pointer("/choices/0").cloned().unwrap_or(Value::Null);
+    let content = choice
+        .pointer("/message/content")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
+    let chunk = |delta: Value, finish: Value, usage: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+               "choices": if delta.is_null() { json!([]) } else { json!([{"index": 0, "delta": delta, "finish_reason": finish}]) },
+               "usage": usage})
+    };
+    let mut out = String::new();
+    for c in [
+        chunk(
+            json!({"role": "assistant", "content": content}),
+            Value::Null,
+            Value::Null,
+        ),
+        chunk(json!({}), finish, Value::Null),
+        chunk(
+            Value::Null,
+            Value::Null,
+            body.get("usage").cloned().unwrap_or(Value::Null),
+        ),
+    ] {
+        out.push_str("data: ");
+        out.push_str(&c.to_string());
+        out.push_str("\n\n");
+    }
+    out.push_str("data: [DONE]\n\n");
+    (
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        out,
+    )
+        .into_response()
+}
+
+pub fn status_of(e: &GatewayError) -> StatusCode {
+    match e {
+        GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
+        GatewayError::InvalidRequest(_) | GatewayError::NoDestination { .. } => {
+            StatusCode::BAD_REQUEST
+        }
+        GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
+        GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => {
+            StatusCode::PAYMENT_REQUIRED
+        }
+        GatewayError::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        GatewayError::Upstream { class, status, .. } => upstream_status(*class, *status),
+    }
+}
+
+fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> StatusCode {
+    use crate::failure::FailureClass as C;
+    match class {
+        // Client-side classes keep the upstream's own status so SDKs raise the same error.
+        C::Auth
+        | C::ModelNotFound
+        | C::ContextLength
+        | C::ContentRefusal
+        | C::Malformed
+        | C::RateLimited => status
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .filter(|s| !s.is_success())
+            .unwrap_or(match class {
+                C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+                C::Auth => StatusCode::UNAUTHORIZED,
+                C::ModelNotFound => StatusCode::NOT_FOUND,
+                _ => StatusCode::BAD_REQUEST,
+            }),
+        C::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        C::Overloaded | C::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
+        C::Connect | C::Dropped | C::ServerError | C::Unclassified => StatusCode::BAD_GATEWAY,
+    }
+}
+
+fn error_type(e: &GatewayError) -> &'static str {
+    match e {
+        GatewayError::Unauthorized => "authentication_error",
+        GatewayError::InvalidRequest(_)
+        | GatewayError::ModelNotAllowed { .. }
+        | GatewayError::NoDestination { .. } => "invalid_request_error",
+        GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
+        GatewayError::LedgerUnavailable(_) => "server_error",
+        GatewayError::Upstream { .. } => "upstream_error",
+    }
+}
+
+pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
+    let (provider, attempts) = match e {
+        GatewayError::Upstream {
+            provider, attempts, ..
+        } => (Some(provider.as_str()), attempts.as_slice()),
+        _ => (None, &[][..]),
+    };
+    let mut r = envelope(
+        status_of(e),
+        e.code(),
+        error_type(e),
+        &e.to_string(),
+        provider,
+        request_id,
+        attempts,
+    );
+    if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
+        r.headers_mut().insert("x-purser-request-id", id);
+    }
+    r.headers_mut()
+        .insert("x-purser-attempts", HeaderValue::from(attempts.len()));
+    r
+}
+
+fn envelope(
+    status: StatusCode,
+    code: &str,
+    ty: &str,
+    message: &str,
+    provider: Option<&str>,
+    request_id: Option<&str>,
+    attempts: &[crate::gateway::AttemptReport],
+) -> Response {
+    let body = json!({"error": {
+        "message": message,
+        "type": ty,
+        "code": code,
+        "provider": provider,
+        "request_id": request_id,
+        "attempts": attempts,
+    }});
+    (status, axum::Json(body)).into_response()
+}

@@ -1,0 +1,121 @@
+//! Anthropic Messages API: system lifted to the top level, roles mapped, max_tokens
+//! always set, tools mapped; answers translated to the OpenAI shape.
+
+use serde_json::{Map, Value, json};
+
+use super::{ChatRequest, Prepared, Usage, content_text};
+use crate::policy::plan::Destination;
+
+pub fn prepare(
+    dest: &Destination,
+    base_url: &str,
+    key: Option<&str>,
+    req: &ChatRequest,
+) -> Prepared {
+    let mut system = Vec::new();
+    let mut messages = Vec::new();
+    for m in req
+        .body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let text = content_text(m.get("content").unwrap_or(&Value::Null));
+        match role {
+            "system" | "developer" => system.push(text),
+            "assistant" => messages.push(json!({"role": "assistant", "content": text})),
+            _ => messages.push(json!({"role": "user", "content": text})),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(dest.upstream_model));
+    body.insert("max_tokens".into(), json!(req.max_tokens));
+    body.insert("messages".into(), Value::Array(messages));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    for (from, to) in [("temperature", "temperature"), ("top_p", "top_p")] {
+        if let Some(v) = req.body.get(from) {
+            body.insert(to.into(), v.clone());
+        }
+    }
+    match req.body.get("stop") {
+        Some(Value::String(s)) => {
+            body.insert("stop_sequences".into(), json!([s]));
+        }
+        Some(Value::Array(a)) => {
+            body.insert("stop_sequences".into(), Value::Array(a.clone()));
+        }
+        _ => {}
+    }
+    if let Some(Value::Array(tools)) = req.body.get("tools") {
+        let mapped: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| t.get("function"))
+            .map(|f| json!({"name": f.get("name"), "description": f.get("description"), "input_schema": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))}))
+            .collect();
+        body.insert("tools".into(), Value::Array(mapped));
+    }
+    let mut headers = vec![("anthropic-version", "2023-06-01".to_string())];
+    if let Some(k) = key {
+        headers.push(("x-api-key", k.to_string()));
+    }
+    Prepared {
+        url: format!("{base_url}/messages"),
+        headers,
+        body: Value::Object(body),
+    }
+}
+
+pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in body
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => tool_calls.push(json!({
+                "id": block.get("id"),
+                "type": "function",
+                "function": {"name": block.get("name"), "arguments": block.get("input").map(Value::to_string).unwrap_or_default()},
+            })),
+            _ => {}
+        }
+    }
+    let finish = match body.get("stop_reason").and_then(Value::as_str) {
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        _ => "stop",
+    };
+    let usage = Usage {
+        prompt_tokens: body
+            .pointer("/usage/input_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        completion_tokens: body
+            .pointer("/usage/output_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    };
+    let mut message = json!({"role": "assistant", "content": text});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    (
+        json!({
+            "id": body.get("id").and_then(Value::as_str).map(|i| format!("chatcmpl-{i}")),
+            "object": "chat.completion",
+            "created": time::OffsetDateTime::now_utc().unix_timestamp(),
+            "model": dest.model.as_str(),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens},
+        }),
+        usage,
+    )
+}

@@ -1,0 +1,195 @@
+//! The only code that calls providers: credentials, one HTTP call per attempt, and the
+//! per-API translations (each adapter a pair of pure functions).
+
+pub mod anthropic;
+pub mod gemini;
+pub mod openai;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::failure::TransportFailure;
+use crate::ids::ProviderId;
+use crate::policy::plan::{Api, Credential, Destination, Provider};
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("provider `{provider}`: credential unavailable: {detail}")]
+    Credential { provider: String, detail: String },
+}
+
+/// A request in purser's internal (OpenAI) shape, ready to translate.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// The client's body as received (unknown fields pass through to OpenAI-compatible).
+    pub body: Value,
+    /// Output bound to send as max_tokens (may be clamped).
+    pub max_tokens: u64,
+}
+
+/// One HTTP call, ready to send.
+pub struct Prepared {
+    pub url: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Value,
+}
+
+/// What an attempt observed.
+#[derive(Debug)]
+pub enum Observation {
+    Answer {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
+    Transport(TransportFailure, String),
+}
+
+/// Normalized usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+pub fn prepare(
+    api: Api,
+    dest: &Destination,
+    base_url: &str,
+    key: Option<&str>,
+    req: &ChatRequest,
+) -> Prepared {
+    match api {
+        Api::Openai => openai::prepare(dest, base_url, key, req),
+        Api::Anthropic => anthropic::prepare(dest, base_url, key, req),
+        Api::Gemini => gemini::prepare(dest, base_url, key, req),
+    }
+}
+
+/// Translate a successful answer to the OpenAI chat.completion shape, with usage.
+pub fn translate(api: Api, dest: &Destination, body: &Value) -> (Value, Usage) {
+    match api {
+        Api::Openai => openai::translate(body),
+        Api::Anthropic => anthropic::translate(dest, body),
+        Api::Gemini => gemini::translate(dest, body),
+    }
+}
+
+/// Credentials per provider: read once, re-read on an auth failure so a rotated key
+/// is picked up without a restart.
+#[derive(Default)]
+pub struct Credentials {
+    cache: Mutex<HashMap<ProviderId, String>>,
+}
+
+fn read_source(p: &Provider) -> Result<Option<String>, UpstreamError> {
+    let err = |detail: String| UpstreamError::Credential {
+        provider: p.id.to_string(),
+        detail,
+    };
+    match &p.credential {
+        None => Ok(None),
+        Some(Credential::Env(var)) => std::env::var(var)
+            .map(Some)
+            .map_err(|_| err(format!("environment variable {var} is not set"))),
+        Some(Credential::File(path)) => std::fs::read_to_string(path)
+            .map(|s| Some(s.trim().to_string()))
+            .map_err(|e| err(format!("cannot read {path}: {e}"))),
+    }
+}
+
+impl Credentials {
+    pub fn get(&self, p: &Provider) -> Result<Option<String>, UpstreamError> {
+        if p.credential.is_none() {
+            return Ok(None);
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(&p.id) {
+            return Ok(Some(k.clone()));
+        }
+        let k = read_source(p)?;
+        if let Some(k) = &k {
+            cache.insert(p.id.clone(), k.clone());
+        }
+        Ok(k)
+    }
+
+    /// Re-read the source; true when it now yields a different secret than `used`.
+    pub fn refresh(&self, p: &Provider, used: Option<&str>) -> bool {
+        match read_source(p) {
+            Ok(Some(new)) if Some(new.as_str()) != used => {
+                self.cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(p.id.clone(), new);
+                true
+            }
+            Ok(_) | Err(_) => false,
+        }
+    }
+}
+
+/// Send one prepared call with the attempt's timeout.
+pub async fn send(client: &reqwest::Client, prepared: Prepared, timeout: Duration) -> Observation {
+    let mut rb = client
+        .post(&prepared.url)
+        .timeout(timeout)
+        .json(&prepared.body);
+    for (k, v) in &prepared.headers {
+        rb = rb.header(*k, v);
+    }
+    let resp = match rb.send().await {
+        Ok(r) => r,
+        Err(e) => return Observation::Transport(transport_kind(&e), e.to_string()),
+    };
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (k.as_str().to_string(), v.to_string()))
+        })
+        .collect();
+    match resp.text().await {
+        Ok(body) => Observation::Answer {
+            status,
+            headers,
+            body,
+        },
+        Err(e) => Observation::Transport(transport_kind(&e), e.to_string()),
+    }
+}
+
+fn transport_kind(e: &reqwest::Error, answered: bool) -> TransportFailure {
+    if e.is_connect() {
+        if e.is_timeout() {
+            TransportFailure::ConnectTimeout
+        } else {
+            TransportFailure::Connect
+        }
+    } else if e.is_timeout() {
+        TransportFailure::ResponseTimeout
+    } else if answered || e.is_body() || e.is_decode() || e.is_request() {
+        TransportFailure::Dropped
+    } else {
+        TransportFailure::Dropped
+    }
+}
+
+/// All text of a message's `content` (string or content parts).
+pub fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,52 @@
+//! OpenAI and OpenAI-compatible servers (vLLM, Groq, Together, Azure OpenAI): the
+//! client's body passes through, with the upstream model id and the output bound.
+
+use serde_json::{Value, json};
+
+use super::{ChatRequest, Prepared, Usage};
+use crate::policy::plan::Destination;
+
+pub fn prepare(
+    dest: &Destination,
+    base_url: &str,
+    key: Option<&str>,
+    req: &ChatRequest,
+) -> Prepared {
+    let mut body = req.body.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.insert("model".into(), json!(dest.upstream_model));
+        // Send the bound purser proved the cost with; max_completion_tokens wins upstream
+        // when both are set, so set whichever the client used (or max_tokens).
+        if o.contains_key("max_completion_tokens") {
+            o.insert("max_completion_tokens".into(), json!(req.max_tokens));
+        } else {
+            o.insert("max_tokens".into(), json!(req.max_tokens));
+        }
+        // purser streams to the client from a complete upstream answer (see gateway).
+        o.remove("stream");
+        o.remove("stream_options");
+    }
+    let mut headers = vec![];
+    if let Some(k) = key {
+        headers.push(("authorization", format!("Bearer {k}")));
+    }
+    Prepared {
+        url: format!("{base_url}/chat/completions"),
+        headers,
+        body,
+    }
+}
+
+pub fn translate(body: &Value) -> (Value, Usage) {
+    let usage = Usage {
+        prompt_tokens: body
+            .pointer("/usage/prompt_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        completion_tokens: body
+            .pointer("/usage/completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    };
+    (body.clone(), usage)
+}
