@@ -165,7 +165,9 @@ pub async fn send(client: &reqwest::Client, prepared: Prepared, timeout: Duratio
     }
 }
 
-fn transport_kind(e: &reqwest::Error, answered: bool) -> TransportFailure {
+/// Connect errors happen before any byte of the request is sent; anything else after
+/// the connection was made (a reset, a cut body) may have reached the model.
+fn transport_kind(e: &reqwest::Error) -> TransportFailure {
     if e.is_connect() {
         if e.is_timeout() {
             TransportFailure::ConnectTimeout
@@ -174,8 +176,6 @@ fn transport_kind(e: &reqwest::Error, answered: bool) -> TransportFailure {
         }
     } else if e.is_timeout() {
         TransportFailure::ResponseTimeout
-    } else if answered || e.is_body() || e.is_decode() || e.is_request() {
-        TransportFailure::Dropped
     } else {
         TransportFailure::Dropped
     }
