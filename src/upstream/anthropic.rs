@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Usage, content_text};
+use super::{ChatRequest, Prepared, Speaker, Usage, completion, stop_sequences, turns};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -12,23 +12,14 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    let mut system = Vec::new();
-    let mut messages = Vec::new();
-    for m in req
-        .body
-        .get("messages")
-        .and_then(Value::as_array)
+    let (system, turns) = turns(&req.body);
+    let messages: Vec<Value> = turns
         .into_iter()
-        .flatten()
-    {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let text = content_text(m.get("content").unwrap_or(&Value::Null));
-        match role {
-            "system" | "developer" => system.push(text),
-            "assistant" => messages.push(json!({"role": "assistant", "content": text})),
-            _ => messages.push(json!({"role": "user", "content": text})),
-        }
-    }
+        .map(|(who, text)| match who {
+            Speaker::Assistant => json!({"role": "assistant", "content": text}),
+            Speaker::User => json!({"role": "user", "content": text}),
+        })
+        .collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(dest.upstream_model));
     body.insert("max_tokens".into(), json!(req.max_tokens));
@@ -41,14 +32,8 @@ pub fn prepare(
             body.insert(to.into(), v.clone());
         }
     }
-    match req.body.get("stop") {
-        Some(Value::String(s)) => {
-            body.insert("stop_sequences".into(), json!([s]));
-        }
-        Some(Value::Array(a)) => {
-            body.insert("stop_sequences".into(), Value::Array(a.clone()));
-        }
-        _ => {}
+    if let Some(stop) = stop_sequences(&req.body) {
+        body.insert("stop_sequences".into(), stop);
     }
     if let Some(Value::Array(tools)) = req.body.get("tools") {
         let mapped: Vec<Value> = tools
@@ -107,15 +92,13 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);
     }
+    let id = body
+        .get("id")
+        .and_then(Value::as_str)
+        .map(|i| format!("chatcmpl-{i}"))
+        .unwrap_or_default();
     (
-        json!({
-            "id": body.get("id").and_then(Value::as_str).map(|i| format!("chatcmpl-{i}")),
-            "object": "chat.completion",
-            "created": time::OffsetDateTime::now_utc().unix_timestamp(),
-            "model": dest.model.as_str(),
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens},
-        }),
+        completion(id, dest.model.as_str(), message, finish, usage),
         usage,
     )
 }

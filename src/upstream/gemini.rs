@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Usage, content_text};
+use super::{ChatRequest, Prepared, Speaker, Usage, completion, stop_sequences, turns};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -12,23 +12,15 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    let mut system = Vec::new();
-    let mut contents = Vec::new();
-    for m in req
-        .body
-        .get("messages")
-        .and_then(Value::as_array)
+    let (system, turns) = turns(&req.body);
+    let system: Vec<Value> = system.into_iter().map(|t| json!({"text": t})).collect();
+    let contents: Vec<Value> = turns
         .into_iter()
-        .flatten()
-    {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let text = content_text(m.get("content").unwrap_or(&Value::Null));
-        match role {
-            "system" | "developer" => system.push(json!({"text": text})),
-            "assistant" => contents.push(json!({"role": "model", "parts": [{"text": text}]})),
-            _ => contents.push(json!({"role": "user", "parts": [{"text": text}]})),
-        }
-    }
+        .map(|(who, text)| match who {
+            Speaker::Assistant => json!({"role": "model", "parts": [{"text": text}]}),
+            Speaker::User => json!({"role": "user", "parts": [{"text": text}]}),
+        })
+        .collect();
     let mut config = Map::new();
     config.insert("maxOutputTokens".into(), json!(req.max_tokens));
     for (from, to) in [("temperature", "temperature"), ("top_p", "topP")] {
@@ -36,14 +28,8 @@ pub fn prepare(
             config.insert(to.into(), v.clone());
         }
     }
-    match req.body.get("stop") {
-        Some(Value::String(s)) => {
-            config.insert("stopSequences".into(), json!([s]));
-        }
-        Some(Value::Array(a)) => {
-            config.insert("stopSequences".into(), Value::Array(a.clone()));
-        }
-        _ => {}
+    if let Some(stop) = stop_sequences(&req.body) {
+        config.insert("stopSequences".into(), stop);
     }
     let mut body = json!({"contents": contents, "generationConfig": config});
     if !system.is_empty() {
@@ -86,15 +72,15 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
             .and_then(Value::as_u64)
             .unwrap_or(0),
     };
+    let message = json!({"role": "assistant", "content": text});
     (
-        json!({
-            "id": format!("chatcmpl-{}", ulid::Ulid::generate()),
-            "object": "chat.completion",
-            "created": time::OffsetDateTime::now_utc().unix_timestamp(),
-            "model": dest.model.as_str(),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens},
-        }),
+        completion(
+            format!("chatcmpl-{}", ulid::Ulid::generate()),
+            dest.model.as_str(),
+            message,
+            finish,
+            usage,
+        ),
         usage,
     )
 }

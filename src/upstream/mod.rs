@@ -181,6 +181,55 @@ fn transport_kind(e: &reqwest::Error) -> TransportFailure {
     }
 }
 
+/// Who spoke a conversational turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaker {
+    User,
+    Assistant,
+}
+
+/// The client's messages split the way Anthropic and Gemini want them: system text
+/// lifted out, the rest as (speaker, text) turns.
+pub fn turns(body: &Value) -> (Vec<String>, Vec<(Speaker, String)>) {
+    let mut system = Vec::new();
+    let mut turns = Vec::new();
+    for m in body
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let text = content_text(m.get("content").unwrap_or(&Value::Null));
+        match m.get("role").and_then(Value::as_str).unwrap_or("user") {
+            "system" | "developer" => system.push(text),
+            "assistant" => turns.push((Speaker::Assistant, text)),
+            _ => turns.push((Speaker::User, text)),
+        }
+    }
+    (system, turns)
+}
+
+/// OpenAI `stop` (a string or a list) as a list.
+pub fn stop_sequences(body: &Value) -> Option<Value> {
+    match body.get("stop") {
+        Some(Value::String(s)) => Some(Value::Array(vec![Value::String(s.clone())])),
+        Some(Value::Array(a)) => Some(Value::Array(a.clone())),
+        _ => None,
+    }
+}
+
+/// A translated answer in the OpenAI chat.completion shape.
+pub fn completion(id: String, model: &str, message: Value, finish: &str, usage: Usage) -> Value {
+    serde_json::json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": time::OffsetDateTime::now_utc().unix_timestamp(),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens},
+    })
+}
+
 /// All text of a message's `content` (string or content parts).
 pub fn content_text(content: &Value) -> String {
     match content {
@@ -191,5 +240,101 @@ pub fn content_text(content: &Value) -> String {
             .collect::<Vec<_>>()
             .join(""),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Jurisdiction, ModelName, ProviderId};
+    use crate::money::PricePerMTok;
+    use crate::policy::plan::Tier;
+    use serde_json::json;
+
+    fn dest(api: Api) -> Destination {
+        Destination {
+            provider: ProviderId::new("p"),
+            model: ModelName::new("m"),
+            upstream_model: "up-m".into(),
+            api,
+            jurisdiction: Jurisdiction::new("eu"),
+            tier: Tier::Account,
+            context_window: 1000,
+            input_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+            output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+        }
+    }
+
+    fn req() -> ChatRequest {
+        ChatRequest {
+            body: json!({"model": "m", "stop": "END", "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "again"}]}),
+            max_tokens: 77,
+        }
+    }
+
+    #[test]
+    fn anthropic_lifts_system_and_always_sets_max_tokens() {
+        let p = prepare(
+            Api::Anthropic,
+            &dest(Api::Anthropic),
+            "http://x/v1",
+            Some("k"),
+            &req(),
+        );
+        assert_eq!(p.url, "http://x/v1/messages");
+        assert_eq!(p.body["system"], "be brief");
+        assert_eq!(p.body["max_tokens"], 77);
+        assert_eq!(p.body["model"], "up-m");
+        assert_eq!(p.body["messages"].as_array().unwrap().len(), 3);
+        assert_eq!(p.body["stop_sequences"], json!(["END"]));
+        let (v, u) = translate(
+            Api::Anthropic,
+            &dest(Api::Anthropic),
+            &json!({"id": "msg_1", "content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 5, "output_tokens": 2}}),
+        );
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 2));
+        assert_eq!(v["choices"][0]["message"]["content"], "ok");
+        assert_eq!(v["choices"][0]["finish_reason"], "length");
+    }
+
+    #[test]
+    fn gemini_maps_roles_and_generation_config() {
+        let p = prepare(
+            Api::Gemini,
+            &dest(Api::Gemini),
+            "http://x/v1beta",
+            Some("k"),
+            &req(),
+        );
+        assert_eq!(p.url, "http://x/v1beta/models/up-m:generateContent");
+        assert_eq!(p.body["systemInstruction"]["parts"][0]["text"], "be brief");
+        assert_eq!(p.body["contents"][1]["role"], "model");
+        assert_eq!(p.body["generationConfig"]["maxOutputTokens"], 77);
+        assert_eq!(p.body["generationConfig"]["stopSequences"], json!(["END"]));
+        let (v, u) = translate(
+            Api::Gemini,
+            &dest(Api::Gemini),
+            &json!({"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}}),
+        );
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (3, 4));
+        assert_eq!(v["choices"][0]["message"]["content"], "ab");
+    }
+
+    #[test]
+    fn openai_passes_through_with_the_proven_bound() {
+        let p = prepare(
+            Api::Openai,
+            &dest(Api::Openai),
+            "http://x/v1",
+            Some("k"),
+            &req(),
+        );
+        assert_eq!(p.body["max_tokens"], 77);
+        assert_eq!(p.body["model"], "up-m");
+        assert_eq!(p.headers, vec![("authorization", "Bearer k".to_string())]);
     }
 }
