@@ -189,18 +189,21 @@ async fn answer(
     }
 }
 
+/// The model a JSON request body names.
+fn model_of(body: &Value) -> String {
+    body.get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
 async fn openai(
     State(sim): State<Sim>,
     Path(provider): Path<String>,
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    answer(sim, Api::Openai, provider, headers, model).await
+    answer(sim, Api::Openai, provider, headers, model_of(&body)).await
 }
 
 async fn anthropic(
@@ -209,12 +212,7 @@ async fn anthropic(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    answer(sim, Api::Anthropic, provider, headers, model).await
+    answer(sim, Api::Anthropic, provider, headers, model_of(&body)).await
 }
 
 async fn gemini(

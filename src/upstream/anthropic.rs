@@ -78,16 +78,7 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         Some("tool_use") => "tool_calls",
         _ => "stop",
     };
-    let usage = Usage {
-        prompt_tokens: body
-            .pointer("/usage/input_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        completion_tokens: body
-            .pointer("/usage/output_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    };
+    let usage = Usage::at(body, "/usage/input_tokens", "/usage/output_tokens");
     let mut message = json!({"role": "assistant", "content": text});
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);

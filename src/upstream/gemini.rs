@@ -62,16 +62,11 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         Some("MAX_TOKENS") => "length",
         _ => "stop",
     };
-    let usage = Usage {
-        prompt_tokens: body
-            .pointer("/usageMetadata/promptTokenCount")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        completion_tokens: body
-            .pointer("/usageMetadata/candidatesTokenCount")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    };
+    let usage = Usage::at(
+        body,
+        "/usageMetadata/promptTokenCount",
+        "/usageMetadata/candidatesTokenCount",
+    );
     let message = json!({"role": "assistant", "content": text});
     (
         completion(

@@ -55,6 +55,17 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+impl Usage {
+    /// Read the two counts at these JSON pointers (absent counts are zero).
+    pub fn at(body: &Value, prompt: &str, completion: &str) -> Usage {
+        let n = |p: &str| body.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+        Usage {
+            prompt_tokens: n(prompt),
+            completion_tokens: n(completion),
+        }
+    }
+}
+
 pub fn prepare(
     api: Api,
     dest: &Destination,

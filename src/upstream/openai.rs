@@ -38,15 +38,6 @@ pub fn prepare(
 }
 
 pub fn translate(body: &Value) -> (Value, Usage) {
-    let usage = Usage {
-        prompt_tokens: body
-            .pointer("/usage/prompt_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        completion_tokens: body
-            .pointer("/usage/completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    };
+    let usage = Usage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens");
     (body.clone(), usage)
 }
