@@ -163,6 +163,32 @@ fn money_col(s: String) -> Result<Money, LedgerError> {
         .map_err(|_| LedgerError::Corrupt(format!("amount `{s}`")))
 }
 
+/// (spent, reserved) of one budget window.
+fn window(
+    tx: &Transaction<'_>,
+    policy: &str,
+    period: &str,
+    start: &str,
+) -> Result<(Money, Money), LedgerError> {
+    let (spent, reserved): (String, String) = tx
+        .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+        .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok((money_col(spent)?, money_col(reserved)?))
+}
+
+fn set_window(
+    tx: &Transaction<'_>,
+    policy: &str,
+    period: &str,
+    start: &str,
+    spent: Money,
+    reserved: Money,
+) -> Result<(), LedgerError> {
+    tx.prepare_cached("UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+        .execute(params![policy, period, start, spent.to_string(), reserved.to_string()])?;
+    Ok(())
+}
+
 fn admit(
     tx: &Transaction<'_>,
     req: &NewRequest,
@@ -176,10 +202,7 @@ fn admit(
              ON CONFLICT (policy, period, window_start) DO UPDATE SET limit_amount = excluded.limit_amount",
         )?
         .execute(params![req.policy, b.period.as_str(), start, b.limit.to_string()])?;
-        let (spent, reserved): (String, String) = tx
-            .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .query_row(params![req.policy, b.period.as_str(), start], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        let (spent, reserved) = (money_col(spent)?, money_col(reserved)?);
+        let (spent, reserved) = window(tx, &req.policy, b.period.as_str(), &start)?;
         if spent + reserved + req.worst_case > b.limit {
             insert_request(tx, req, "refused", Some("budget_exhausted"))?;
             return Err(LedgerError::BudgetExhausted {
@@ -192,12 +215,18 @@ fn admit(
                 needed: req.worst_case,
             });
         }
-        windows.push((b.period, start, reserved));
+        windows.push((b.period, start, spent, reserved));
     }
     insert_request(tx, req, "in_flight", None)?;
-    for (period, start, reserved) in windows {
-        tx.prepare_cached("UPDATE budget_windows SET reserved = ?4 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .execute(params![req.policy, period.as_str(), start, (reserved + req.worst_case).to_string()])?;
+    for (period, start, spent, reserved) in windows {
+        set_window(
+            tx,
+            &req.policy,
+            period.as_str(),
+            &start,
+            spent,
+            reserved + req.worst_case,
+        )?;
         tx.prepare_cached("INSERT INTO reservations (request_id, policy, period, window_start, amount, state) VALUES (?1, ?2, ?3, ?4, ?5, 'held')")?
             .execute(params![req.id, req.policy, period.as_str(), start, req.worst_case.to_string()])?;
     }
@@ -258,10 +287,7 @@ fn release(
             continue;
         }
         let amount = money_col(amount)?;
-        let (spent, reserved): (String, String) = tx
-            .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        let (mut spent, mut reserved) = (money_col(spent)?, money_col(reserved)?);
+        let (mut spent, mut reserved) = window(tx, &policy, &period, &start)?;
         if state == "held" {
             reserved = reserved.saturating_sub(amount);
         } else {
@@ -269,8 +295,7 @@ fn release(
             spent = spent.saturating_sub(amount);
         }
         spent = spent + charged;
-        tx.prepare_cached("UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .execute(params![policy, period, start, spent.to_string(), reserved.to_string()])?;
+        set_window(tx, &policy, &period, &start, spent, reserved)?;
         tx.prepare_cached("UPDATE reservations SET state = 'settled', amount = ?3 WHERE request_id = ?1 AND period = ?2")?
             .execute(params![request_id, period, charged.to_string()])?;
     }
@@ -336,14 +361,14 @@ pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
             .collect::<Result<_, _>>()?;
         for (policy, period, start, amount) in held {
             let amount = money_col(amount)?;
-            let (spent, reserved): (String, String) = tx.query_row(
-                "SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
-                params![policy, period, start],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            tx.execute(
-                "UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
-                params![policy, period, start, (money_col(spent)? + amount).to_string(), money_col(reserved)?.saturating_sub(amount).to_string()],
+            let (spent, reserved) = window(&tx, &policy, &period, &start)?;
+            set_window(
+                &tx,
+                &policy,
+                &period,
+                &start,
+                spent + amount,
+                reserved.saturating_sub(amount),
             )?;
             tx.execute("UPDATE reservations SET state = 'interrupted' WHERE request_id = ?1 AND period = ?2", params![id, period])?;
         }
