@@ -263,6 +263,11 @@ impl Engine {
         self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The engine clock's wall time (budget windows, audit).
+    pub fn now(&self) -> time::OffsetDateTime {
+        self.clock.wall()
+    }
+
     fn breakers(&self) -> Arc<Breakers> {
         self.breakers
             .read()

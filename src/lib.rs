@@ -7,8 +7,11 @@
 //!        → ledger → gateway (the loop) → http (response)
 //! ```
 //!
+//! `audit` is the read side: validated audit filters over the ledger, for HTTP and CLI.
+//!
 //! `money`, `ids` and `clock` are the shared vocabulary; `cli` wires commands to the rest.
 
+pub mod audit;
 pub mod breaker;
 pub mod cli;
 pub mod clock;

@@ -68,9 +68,19 @@ async fn harness_with(opts: Options) -> Harness {
     let engine = Arc::new(Engine::new(plan, l, SystemClock::shared()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        async move { axum::serve(listener, purser::http::router(engine, 1024 * 1024)).await },
-    );
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            purser::http::router(
+                engine,
+                purser::http::Options {
+                    body_limit: 1024 * 1024,
+                    admin_token: None,
+                },
+            ),
+        )
+        .await
+    });
     Harness {
         sim,
         addr,

@@ -278,7 +278,15 @@ async fn run(
             .await
             .map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = http::router(engine, http::DEFAULT_BODY_LIMIT);
+    // A fresh admin token per run, printed at the end so the audit API can be tried.
+    let admin_token = format!("purser-demo-admin-{}", ulid::Ulid::generate());
+    let app = http::router(
+        engine,
+        http::Options {
+            admin_token: http::AdminToken::new(&admin_token),
+            ..http::Options::default()
+        },
+    );
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -368,6 +376,11 @@ async fn run(
     );
     println!(
         "Try it yourself: curl -s http://{addr}/v1/chat/completions -H 'Authorization: Bearer {KEY_RESEARCH}' -H 'content-type: application/json' -d '{{\"model\":\"gpt-4o-mini\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'"
+    );
+    println!("Audit API: http://{addr}/audit/v1/requests (also /spend, /budgets, /attempts.csv)");
+    println!("Admin token for this run: {admin_token}");
+    println!(
+        "  curl -s http://{addr}/audit/v1/spend?group_by=provider -H 'Authorization: Bearer {admin_token}'"
     );
     if once {
         return Ok(());

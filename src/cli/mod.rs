@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod audit;
 mod check;
 pub mod classify;
 mod demo;
@@ -81,11 +82,73 @@ pub enum Command {
         #[arg(long)]
         db: Option<PathBuf>,
     },
+    /// Read the ledger as the audit API does: requests, spend or budgets.
+    Audit(AuditArgs),
     /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
     Classify {
         #[arg(long, value_enum)]
         api: Option<ApiArg>,
     },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct AuditArgs {
+    #[arg(value_enum)]
+    pub what: AuditWhat,
+    #[arg(long, default_value = "purser.db")]
+    pub db: PathBuf,
+    #[command(flatten)]
+    pub filters: AuditFilters,
+    /// requests: page size (1-1000, default 100).
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// requests: the cursor printed after the previous page.
+    #[arg(long)]
+    pub cursor: Option<String>,
+    /// spend: provider | policy | client | model | day (default provider).
+    #[arg(long)]
+    pub group_by: Option<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: AuditFormat,
+}
+
+/// The audit API's filters, validated by the same parser.
+#[derive(clap::Args, Debug)]
+pub struct AuditFilters {
+    /// RFC 3339, inclusive.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// RFC 3339, exclusive.
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long)]
+    pub provider: Option<String>,
+    #[arg(long)]
+    pub policy: Option<String>,
+    #[arg(long)]
+    pub client: Option<String>,
+    #[arg(long)]
+    pub model: Option<String>,
+    /// `success` or a failure class.
+    #[arg(long)]
+    pub class: Option<String>,
+    /// in_flight | served | refused | failed | interrupted.
+    #[arg(long)]
+    pub outcome: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AuditWhat {
+    Requests,
+    Spend,
+    Budgets,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AuditFormat {
+    Table,
+    Json,
+    Csv,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -123,6 +186,7 @@ pub fn run(cli: Cli) -> ExitCode {
             messages,
             max_tokens,
         } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
+        Command::Audit(args) => audit::audit(&args),
         Command::Classify { api } => classify::classify(api.map(Into::into)),
         Command::Serve {
             config,

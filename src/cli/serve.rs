@@ -38,7 +38,19 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
         }
     };
     tracing::info!(%listen, plan_id, db = %db.display(), "purser serving");
-    let app = http::router(engine, http::DEFAULT_BODY_LIMIT);
+    let admin_token = std::env::var("PURSER_ADMIN_TOKEN")
+        .ok()
+        .and_then(|t| http::AdminToken::new(&t));
+    if admin_token.is_none() {
+        tracing::info!("audit and admin APIs are off: set PURSER_ADMIN_TOKEN to enable them");
+    }
+    let app = http::router(
+        engine,
+        http::Options {
+            admin_token,
+            ..http::Options::default()
+        },
+    );
     // SIGTERM / Ctrl-C: stop accepting, let in-flight requests finish (their ledger
     // rows complete), then exit.
     let res = axum::serve(listener, app)

@@ -13,17 +13,53 @@ use serde_json::{Value, json};
 
 use crate::gateway::{Engine, Failed, GatewayError, Served};
 
+pub mod audit;
+
+pub use audit::AdminToken;
+
 /// Default request body limit (10 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
-pub fn router(engine: Arc<Engine>, body_limit: usize) -> Router {
+/// How the HTTP edge is set up around the engine.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub body_limit: usize,
+    /// Enables the audit and admin APIs; `None` keeps them off.
+    pub admin_token: Option<AdminToken>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            body_limit: DEFAULT_BODY_LIMIT,
+            admin_token: None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub admin: Option<AdminToken>,
+}
+
+pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
+    let state = AppState {
+        engine,
+        admin: opts.admin_token,
+    };
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .layer(DefaultBodyLimit::max(body_limit))
-        .with_state(engine)
+        .route("/audit/v1/requests", get(audit::requests))
+        .route("/audit/v1/requests/{id}", get(audit::request))
+        .route("/audit/v1/spend", get(audit::spend))
+        .route("/audit/v1/attempts.csv", get(audit::attempts_csv))
+        .route("/audit/v1/budgets", get(audit::budgets))
+        .layer(DefaultBodyLimit::max(opts.body_limit))
+        .with_state(state)
 }
 
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -35,7 +71,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .map(str::trim)
 }
 
-async fn ready(State(engine): State<Arc<Engine>>) -> Response {
+async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
     match engine.ledger.reader() {
         Ok(_) => (
             StatusCode::OK,
@@ -46,7 +82,7 @@ async fn ready(State(engine): State<Arc<Engine>>) -> Response {
     }
 }
 
-async fn models(State(engine): State<Arc<Engine>>, headers: HeaderMap) -> Response {
+async fn models(State(AppState { engine, .. }): State<AppState>, headers: HeaderMap) -> Response {
     match engine.models_for(bearer(&headers).unwrap_or("")) {
         Ok(models) => axum::Json(json!({
             "object": "list",
@@ -58,7 +94,7 @@ async fn models(State(engine): State<Arc<Engine>>, headers: HeaderMap) -> Respon
 }
 
 async fn chat(
-    State(engine): State<Arc<Engine>>,
+    State(AppState { engine, .. }): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use super::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 2] = [
+pub const MIGRATIONS: [(u32, &str, &str); 3] = [
     (
         1,
         "0001_init",
@@ -16,6 +16,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 2] = [
         2,
         "0002_audit_indexes",
         include_str!("../../migrations/0002_audit_indexes.sql"),
+    ),
+    (
+        3,
+        "0003_audit_spend",
+        include_str!("../../migrations/0003_audit_spend.sql"),
     ),
 ];
 

@@ -7,6 +7,7 @@
 //! methods, so another backend (PostgreSQL for several replicas) can replace SQLite
 //! behind them.
 
+pub mod audit;
 mod migrate;
 pub mod read;
 mod writer;

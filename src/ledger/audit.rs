@@ -1,0 +1,511 @@
+//! Audit queries: the read side that answers "which vendor billed which call, and
+//! which policy allowed it". Only validated filters reach here, and every value is
+//! bound as a parameter, never spliced into SQL.
+//!
+//! Time filters select requests by when they were received (`requests`) and attempts
+//! by when they started (`spend`, `attempts.csv`): an attempt belongs to the window it
+//! was sent in, even when its request began a moment earlier.
+
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, Row, params_from_iter};
+use serde::Serialize;
+
+use super::LedgerError;
+use super::read::{AttemptRow, RequestRow};
+use crate::money::Money;
+
+/// Largest page of `requests`.
+pub const MAX_LIMIT: u32 = 1000;
+pub const DEFAULT_LIMIT: u32 = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    InFlight,
+    Served,
+    Refused,
+    Failed,
+    Interrupted,
+}
+
+impl RequestOutcome {
+    pub const ALL: [RequestOutcome; 5] = [
+        RequestOutcome::InFlight,
+        RequestOutcome::Served,
+        RequestOutcome::Refused,
+        RequestOutcome::Failed,
+        RequestOutcome::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::InFlight => "in_flight",
+            RequestOutcome::Served => "served",
+            RequestOutcome::Refused => "refused",
+            RequestOutcome::Failed => "failed",
+            RequestOutcome::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RequestOutcome> {
+        RequestOutcome::ALL.into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+/// A validated filter; every field narrows, `None` means "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Inclusive lower bound, as `rfc3339` text and milliseconds.
+    pub since: Option<Instant>,
+    /// Exclusive upper bound.
+    pub until: Option<Instant>,
+    pub provider: Option<String>,
+    pub policy: Option<String>,
+    pub client: Option<String>,
+    pub model: Option<String>,
+    /// `success` or a failure class name.
+    pub class: Option<String>,
+    pub outcome: Option<RequestOutcome>,
+}
+
+/// One instant in both stored forms: milliseconds (requests) and the canonical
+/// RFC 3339 text (attempts; fixed width, so text order is time order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instant {
+    pub ms: i64,
+    pub text: String,
+}
+
+impl Instant {
+    pub fn new(t: time::OffsetDateTime) -> Instant {
+        let ms = i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX);
+        Instant {
+            ms,
+            text: super::rfc3339(t),
+        }
+    }
+}
+
+/// Where the previous page ended (newest first: received_ms, then id, descending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub received_ms: i64,
+    pub id: String,
+}
+
+impl Cursor {
+    /// Opaque to clients: hex of `ms:id`.
+    pub fn encode(&self) -> String {
+        hex::encode(format!("{}:{}", self.received_ms, self.id))
+    }
+
+    pub fn decode(s: &str) -> Option<Cursor> {
+        let raw = String::from_utf8(hex::decode(s).ok()?).ok()?;
+        let (ms, id) = raw.split_once(':')?;
+        let id_ok =
+            !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric());
+        if !id_ok {
+            return None;
+        }
+        Some(Cursor {
+            received_ms: ms.parse().ok()?,
+            id: id.to_string(),
+        })
+    }
+}
+
+/// A `WHERE` clause with its bound values.
+struct Clause {
+    sql: Vec<String>,
+    args: Vec<Box<dyn ToSql>>,
+}
+
+impl Clause {
+    fn new() -> Clause {
+        Clause {
+            sql: vec![],
+            args: vec![],
+        }
+    }
+
+    fn push(&mut self, sql: &str, arg: impl ToSql + 'static) {
+        self.push_all(sql, vec![Box::new(arg)]);
+    }
+
+    /// `sql` with one `?` per value, in order; each becomes a numbered parameter.
+    fn push_all(&mut self, sql: &str, args: Vec<Box<dyn ToSql>>) {
+        let mut next = self.args.len();
+        let mut out = String::with_capacity(sql.len() + 8);
+        for ch in sql.chars() {
+            if ch == '?' {
+                next += 1;
+                out.push_str(&format!("?{next}"));
+            } else {
+                out.push(ch);
+            }
+        }
+        debug_assert_eq!(next, self.args.len() + args.len());
+        self.args.extend(args);
+        self.sql.push(out);
+    }
+
+    fn render(&self) -> String {
+        if self.sql.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", self.sql.join(" AND "))
+        }
+    }
+}
+
+/// Conditions on the request row `r`, shared by every endpoint.
+fn request_conditions(c: &mut Clause, f: &Filter) {
+    for (col, v) in [
+        ("r.policy", &f.policy),
+        ("r.client", &f.client),
+        ("r.model", &f.model),
+    ] {
+        if let Some(v) = v {
+            c.push(&format!("{col} = ?"), v.clone());
+        }
+    }
+    if let Some(o) = f.outcome {
+        c.push("r.outcome = ?", o.as_str());
+    }
+}
+
+pub struct RequestPage {
+    pub requests: Vec<RequestRow>,
+    pub next_cursor: Option<String>,
+}
+
+/// Requests newest first, one page. Keyset pagination: a page starts strictly after
+/// the cursor, so rows that arrive meanwhile (newer) never shift later pages.
+pub fn requests(
+    conn: &Connection,
+    f: &Filter,
+    limit: u32,
+    cursor: Option<&Cursor>,
+) -> Result<RequestPage, LedgerError> {
+    let limit = limit.clamp(1, MAX_LIMIT);
+    let mut c = Clause::new();
+    if let Some(s) = &f.since {
+        c.push("r.received_ms >= ?", s.ms);
+    }
+    if let Some(u) = &f.until {
+        c.push("r.received_ms < ?", u.ms);
+    }
+    request_conditions(&mut c, f);
+    // "Any attempt's" provider/class: an EXISTS on the attempts of this request (primary
+    // key lookup), so the newest-first index walk stays in charge.
+    if let Some(p) = &f.provider {
+        c.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.provider = ?)",
+            p.clone(),
+        );
+    }
+    if let Some(k) = &f.class {
+        c.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.class = ?)",
+            k.clone(),
+        );
+    }
+    if let Some(cur) = cursor {
+        c.push_all(
+            "(r.received_ms < ? OR (r.received_ms = ? AND r.id < ?))",
+            vec![
+                Box::new(cur.received_ms),
+                Box::new(cur.received_ms),
+                Box::new(cur.id.clone()),
+            ],
+        );
+    }
+    let sql = format!(
+        "SELECT {}, r.received_ms FROM requests r {} ORDER BY r.received_ms DESC, r.id DESC LIMIT {}",
+        super::read::REQUEST_COLUMNS_R,
+        c.render(),
+        limit + 1
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows: Vec<(RequestRow, i64)> = stmt
+        .query_map(params_from_iter(c.args.iter()), |r| {
+            Ok((super::read::request_from_row(r)?, r.get(13)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next_cursor = if more {
+        rows.last().map(|(r, ms)| {
+            Cursor {
+                received_ms: *ms,
+                id: r.id.clone(),
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    let mut requests = Vec::with_capacity(rows.len());
+    for (mut r, _) in rows {
+        r.attempts = super::read::attempts_of(conn, &r.id)?;
+        requests.push(r);
+    }
+    Ok(RequestPage {
+        requests,
+        next_cursor,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Provider,
+    Policy,
+    Client,
+    Model,
+    Day,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 5] = [
+        GroupBy::Provider,
+        GroupBy::Policy,
+        GroupBy::Client,
+        GroupBy::Model,
+        GroupBy::Day,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupBy::Provider => "provider",
+            GroupBy::Policy => "policy",
+            GroupBy::Client => "client",
+            GroupBy::Model => "model",
+            GroupBy::Day => "day",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        GroupBy::ALL.into_iter().find(|g| g.as_str() == s)
+    }
+
+    fn key_sql(self) -> &'static str {
+        match self {
+            GroupBy::Provider => "a.provider",
+            GroupBy::Policy => "r.policy",
+            GroupBy::Client => "r.client",
+            GroupBy::Model => "r.model",
+            GroupBy::Day => "substr(a.started_at, 1, 10)",
+        }
+    }
+}
+
+/// One group of attempts: exact billed cost, and separately what may have been billed
+/// without proof (the worst cases of `maybe_billed` attempts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpendRow {
+    pub key: String,
+    pub cost: Money,
+    pub maybe_billed_cost: Money,
+    pub attempts: u64,
+    pub billed: u64,
+    pub maybe_billed: u64,
+    pub not_billed: u64,
+}
+
+/// Conditions on attempts `a` joined to their request `r`.
+fn attempt_conditions(f: &Filter) -> (Clause, bool) {
+    let mut c = Clause::new();
+    if let Some(s) = &f.since {
+        c.push("a.started_at >= ?", s.text.clone());
+    }
+    if let Some(u) = &f.until {
+        c.push("a.started_at < ?", u.text.clone());
+    }
+    if let Some(p) = &f.provider {
+        c.push("a.provider = ?", p.clone());
+    }
+    if let Some(k) = &f.class {
+        c.push("a.class = ?", k.clone());
+    }
+    let before = c.sql.len();
+    request_conditions(&mut c, f);
+    let needs_request = c.sql.len() > before;
+    (c, needs_request)
+}
+
+pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
+    let (c, mut join) = attempt_conditions(f);
+    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
+    let sql = format!(
+        "SELECT {key} AS k, dsum(a.cost), dsum(CASE WHEN a.billing = 'maybe_billed' THEN a.worst_case END), count(*),
+                sum(a.billing = 'billed'), sum(a.billing = 'maybe_billed'), sum(a.billing = 'not_billed')
+         FROM attempts a {join} {where_} GROUP BY k ORDER BY k",
+        key = by.key_sql(),
+        join = if join {
+            "JOIN requests r ON r.id = a.request_id"
+        } else {
+            ""
+        },
+        where_ = c.render(),
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params_from_iter(c.args.iter()), |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, i64>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.into_iter()
+        .map(|(key, cost, maybe, n, b, m, nb)| {
+            let money = |s: &str| {
+                s.parse::<Money>()
+                    .map_err(|e| LedgerError::Corrupt(format!("amount `{s}`: {e}")))
+            };
+            let count = |v: i64| u64::try_from(v).unwrap_or(0);
+            Ok(SpendRow {
+                key,
+                cost: money(&cost)?,
+                maybe_billed_cost: money(&maybe)?,
+                attempts: count(n),
+                billed: count(b),
+                maybe_billed: count(m),
+                not_billed: count(nb),
+            })
+        })
+        .collect()
+}
+
+/// One attempt with its request's context, as a CSV row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptLine {
+    pub request_id: String,
+    pub received_at: String,
+    pub policy: String,
+    pub client: String,
+    pub model: String,
+    pub plan_id: String,
+    #[serde(flatten)]
+    pub attempt: AttemptRow,
+}
+
+/// Every attempt matching `f`, oldest first, handed to `each` one at a time so the
+/// caller can stream them without holding the whole set.
+pub fn each_attempt(
+    conn: &Connection,
+    f: &Filter,
+    mut each: impl FnMut(AttemptLine) -> bool,
+) -> Result<(), LedgerError> {
+    let (c, _) = attempt_conditions(f);
+    let sql = format!(
+        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, {cols}
+         FROM attempts a JOIN requests r ON r.id = a.request_id {where_}
+         ORDER BY a.started_at, a.request_id, a.seq",
+        cols = super::read::ATTEMPT_COLUMNS_A,
+        where_ = c.render(),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query(params_from_iter(c.args.iter()))?;
+    while let Some(r) = rows.next()? {
+        let line = AttemptLine {
+            request_id: r.get(0)?,
+            received_at: r.get(1)?,
+            policy: r.get(2)?,
+            client: r.get(3)?,
+            model: r.get(4)?,
+            plan_id: r.get(5)?,
+            attempt: attempt_at(r, 6)?,
+        };
+        if !each(line) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn attempt_at(r: &Row<'_>, base: usize) -> rusqlite::Result<AttemptRow> {
+    super::read::attempt_from_row(r, base)
+}
+
+/// A period budget's current state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetState {
+    pub policy: String,
+    pub period: String,
+    pub window_start: String,
+    pub limit: Money,
+    pub spent: Money,
+    pub reserved: Money,
+    pub remaining: Money,
+}
+
+/// The budgets a plan configures, each in the window containing `now` (zero when no
+/// request has touched it yet).
+pub fn current_budgets(
+    conn: &Connection,
+    configured: &[(String, crate::policy::plan::Budget)],
+    now: time::OffsetDateTime,
+) -> Result<Vec<BudgetState>, LedgerError> {
+    let mut out = Vec::with_capacity(configured.len());
+    let mut stmt = conn.prepare_cached(
+        "SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
+    )?;
+    for (policy, b) in configured {
+        let start = super::window_start(b.period, now);
+        let stored: Option<(String, String)> = {
+            use rusqlite::OptionalExtension;
+            stmt.query_row(rusqlite::params![policy, b.period.as_str(), start], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?
+        };
+        let (spent, reserved) = match stored {
+            Some((s, r)) => (parse_money(&s)?, parse_money(&r)?),
+            None => (Money::ZERO, Money::ZERO),
+        };
+        out.push(BudgetState {
+            policy: policy.clone(),
+            period: b.period.as_str().to_string(),
+            window_start: start,
+            limit: b.limit,
+            spent,
+            reserved,
+            remaining: b.limit.saturating_sub(spent + reserved),
+        });
+    }
+    Ok(out)
+}
+
+/// Every stored budget window, newest first per policy and period (for operators
+/// without the policy set at hand).
+pub fn stored_budgets(conn: &Connection) -> Result<Vec<BudgetState>, LedgerError> {
+    super::read::budgets(conn)?
+        .into_iter()
+        .map(|b| {
+            let (limit, spent, reserved) = (
+                parse_money(&b.limit)?,
+                parse_money(&b.spent)?,
+                parse_money(&b.reserved)?,
+            );
+            Ok(BudgetState {
+                policy: b.policy,
+                period: b.period,
+                window_start: b.window_start,
+                limit,
+                spent,
+                reserved,
+                remaining: limit.saturating_sub(spent + reserved),
+            })
+        })
+        .collect()
+}
+
+fn parse_money(s: &str) -> Result<Money, LedgerError> {
+    s.parse()
+        .map_err(|e| LedgerError::Corrupt(format!("amount `{s}`: {e}")))
+}
