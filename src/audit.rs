@@ -115,15 +115,6 @@ fn filter(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
             _ => {}
         }
     }
-    if let (Some(s), Some(u)) = (&f.since, &f.until)
-        && s.ms >= u.ms
-    {
-        return Err(invalid(
-            "until",
-            &u.text,
-            format!("a time after `since` ({})", s.text),
-        ));
-    }
     Ok(f)
 }
 
@@ -294,23 +285,15 @@ mod tests {
             requests_query(&pairs(&[("model", "a"), ("model", "b")])).is_err(),
             "a repeated filter is refused"
         );
-        assert!(
-            attempts_query(&pairs(&[
-                ("since", "2026-11-02T00:00:00Z"),
-                ("until", "2026-11-01T00:00:00Z")
-            ]))
-            .is_err()
-        );
     }
 
     #[test]
     fn cursor_round_trips_and_rejects_tampering() {
-        let c = Cursor {
-            received_ms: 1_780_000_000_000,
-            id: "01JABCDEF".into(),
-        };
+        let c = Cursor(1_234_567);
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
-        assert_eq!(Cursor::decode(&hex::encode("1:x' OR 1=1")), None);
+        for bad in [hex::encode("1 OR 1=1"), hex::encode("v1:-3"), "zz".into()] {
+            assert_eq!(Cursor::decode(&bad), None, "{bad}");
+        }
     }
 
     #[test]

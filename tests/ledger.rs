@@ -78,6 +78,21 @@ async fn migrates_from_empty_and_from_each_earlier_version() {
             .unwrap()
             .unwrap();
         assert_eq!(row.outcome, "served", "data survives the migration");
+        let page = ledger::audit::requests(
+            &l.reader().unwrap(),
+            &ledger::audit::Filter::default(),
+            10,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            page.requests
+                .iter()
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>(),
+            ["old"],
+            "rows from before the audit order column are listed"
+        );
     }
 }
 

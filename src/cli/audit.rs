@@ -63,7 +63,7 @@ fn run(args: &AuditArgs) -> Result<(), AuditError> {
                 pairs.push(("cursor".into(), c.clone()));
             }
             let query = audit::requests_query(&pairs)?;
-            let page = q::requests(&conn, &query.filter, query.limit, query.cursor.as_ref())?;
+            let page = q::requests(&conn, &query.filter, query.limit, query.cursor)?;
             match args.format {
                 AuditFormat::Json => {
                     let v = serde_json::json!({"requests": page.requests, "next_cursor": page.next_cursor});

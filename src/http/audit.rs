@@ -106,12 +106,7 @@ pub async fn requests(
         try_resp!(audit::requests_query(&try_resp!(pairs(params))).map_err(|e| from_error(&e)));
     let page = try_resp!(
         with_reader(&state, move |c| {
-            Ok(q::requests(
-                c,
-                &query.filter,
-                query.limit,
-                query.cursor.as_ref(),
-            )?)
+            Ok(q::requests(c, &query.filter, query.limit, query.cursor)?)
         })
         .await
     );

@@ -85,31 +85,20 @@ impl Instant {
     }
 }
 
-/// Where the previous page ended (newest first: received_ms, then id, descending).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cursor {
-    pub received_ms: i64,
-    pub id: String,
-}
+/// Where the previous page ended: the commit sequence of its last request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor(pub i64);
 
 impl Cursor {
-    /// Opaque to clients: hex of `ms:id`.
-    pub fn encode(&self) -> String {
-        hex::encode(format!("{}:{}", self.received_ms, self.id))
+    /// Opaque to clients (and versioned, should paging ever change): hex of `v1:<seq>`.
+    pub fn encode(self) -> String {
+        hex::encode(format!("v1:{}", self.0))
     }
 
     pub fn decode(s: &str) -> Option<Cursor> {
         let raw = String::from_utf8(hex::decode(s).ok()?).ok()?;
-        let (ms, id) = raw.split_once(':')?;
-        let id_ok =
-            !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric());
-        if !id_ok {
-            return None;
-        }
-        Some(Cursor {
-            received_ms: ms.parse().ok()?,
-            id: id.to_string(),
-        })
+        let seq: i64 = raw.strip_prefix("v1:")?.parse().ok()?;
+        (seq >= 0).then_some(Cursor(seq))
     }
 }
 
@@ -127,25 +116,11 @@ impl Clause {
         }
     }
 
+    /// `sql` holds one `?`, which becomes the next numbered parameter bound to `arg`.
     fn push(&mut self, sql: &str, arg: impl ToSql + 'static) {
-        self.push_all(sql, vec![Box::new(arg)]);
-    }
-
-    /// `sql` with one `?` per value, in order; each becomes a numbered parameter.
-    fn push_all(&mut self, sql: &str, args: Vec<Box<dyn ToSql>>) {
-        let mut next = self.args.len();
-        let mut out = String::with_capacity(sql.len() + 8);
-        for ch in sql.chars() {
-            if ch == '?' {
-                next += 1;
-                out.push_str(&format!("?{next}"));
-            } else {
-                out.push(ch);
-            }
-        }
-        debug_assert_eq!(next, self.args.len() + args.len());
-        self.args.extend(args);
-        self.sql.push(out);
+        self.args.push(Box::new(arg));
+        self.sql
+            .push(sql.replacen('?', &format!("?{}", self.args.len()), 1));
     }
 
     fn render(&self) -> String {
@@ -178,13 +153,14 @@ pub struct RequestPage {
     pub next_cursor: Option<String>,
 }
 
-/// Requests newest first, one page. Keyset pagination: a page starts strictly after
-/// the cursor, so rows that arrive meanwhile (newer) never shift later pages.
+/// Requests newest first (by commit order), one page. Keyset pagination: a page starts
+/// strictly after the cursor, and rows committed meanwhile sort above it, so pages
+/// neither repeat nor skip a request.
 pub fn requests(
     conn: &Connection,
     f: &Filter,
     limit: u32,
-    cursor: Option<&Cursor>,
+    cursor: Option<Cursor>,
 ) -> Result<RequestPage, LedgerError> {
     let limit = limit.clamp(1, MAX_LIMIT);
     let mut c = Clause::new();
@@ -210,17 +186,10 @@ pub fn requests(
         );
     }
     if let Some(cur) = cursor {
-        c.push_all(
-            "(r.received_ms < ? OR (r.received_ms = ? AND r.id < ?))",
-            vec![
-                Box::new(cur.received_ms),
-                Box::new(cur.received_ms),
-                Box::new(cur.id.clone()),
-            ],
-        );
+        c.push("r.ledger_seq < ?", cur.0);
     }
     let sql = format!(
-        "SELECT {}, r.received_ms FROM requests r {} ORDER BY r.received_ms DESC, r.id DESC LIMIT {}",
+        "SELECT {}, r.ledger_seq FROM requests r {} ORDER BY r.ledger_seq DESC LIMIT {}",
         super::read::REQUEST_COLUMNS_R,
         c.render(),
         limit + 1
@@ -234,13 +203,7 @@ pub fn requests(
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let next_cursor = if more {
-        rows.last().map(|(r, ms)| {
-            Cursor {
-                received_ms: *ms,
-                id: r.id.clone(),
-            }
-            .encode()
-        })
+        rows.last().map(|(_, seq)| Cursor(*seq).encode())
     } else {
         None
     };

@@ -19,8 +19,8 @@ pub const MIGRATIONS: [(u32, &str, &str); 3] = [
     ),
     (
         3,
-        "0003_audit_spend",
-        include_str!("../../migrations/0003_audit_spend.sql"),
+        "0003_audit",
+        include_str!("../../migrations/0003_audit.sql"),
     ),
 ];
 

@@ -138,8 +138,8 @@ fn insert_request(
 ) -> Result<(), LedgerError> {
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, ledger_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, (SELECT COALESCE(MAX(ledger_seq), 0) + 1 FROM requests))",
     )?
     .execute(params![
         r.id,

@@ -1,0 +1,13 @@
+-- Version 3: what the audit API needs.
+--
+-- ledger_seq is the order in which requests were committed. `requests` pages newest
+-- first by it: a row committed after a page was read always sorts above that page,
+-- so paging never skips a request that was admitted slowly, nor shows one twice.
+-- (rowid would do the same until a VACUUM renumbers it.)
+ALTER TABLE requests ADD COLUMN ledger_seq INTEGER;
+UPDATE requests SET ledger_seq = rowid;
+CREATE UNIQUE INDEX requests_by_seq ON requests (ledger_seq);
+
+-- spend and attempts.csv select attempts by start time; without this index a
+-- one-month window reads every attempt ever made.
+CREATE INDEX attempts_by_start ON attempts (started_at);

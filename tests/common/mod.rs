@@ -1,0 +1,137 @@
+//! Shared harness: a policy set written to a temp dir, the simulated providers, and a
+//! real gateway (engine + ledger file + HTTP) on loopback.
+
+#![allow(dead_code)] // each test file uses part of the harness
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use purser::clock::SystemClock;
+use purser::gateway::Engine;
+use purser::ledger::{Ledger, Options};
+use purser::sim::Sim;
+use serde_json::Value;
+
+pub const ADMIN: &str = "admin-token-for-tests";
+
+pub fn sha(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+pub struct Gateway {
+    pub sim: Sim,
+    pub addr: SocketAddr,
+    pub db: PathBuf,
+    pub config: PathBuf,
+    pub engine: Arc<Engine>,
+    pub dir: tempfile::TempDir,
+}
+
+/// A provider document served by the simulator.
+pub fn provider(
+    sim: &Sim,
+    id: &str,
+    api: &str,
+    jurisdiction: &str,
+    models: &[(&str, &str, &str)],
+) -> String {
+    let mut s = format!(
+        "kind: provider\nid: {id}\napi: {api}\nbase_url: {}\njurisdiction: {jurisdiction}\ntimeout_ms: 300\nmodels:\n",
+        sim.base_url(id, api),
+    );
+    for (m, pin, pout) in models {
+        s.push_str(&format!(
+            "  {m}:\n    context_window: 100000\n    input_per_mtok: \"{pin}\"\n    output_per_mtok: \"{pout}\"\n"
+        ));
+    }
+    s
+}
+
+/// Start a gateway over `docs` (joined as one multi-document file) with the admin token set.
+pub async fn start(docs: impl FnOnce(&Sim) -> Vec<String>) -> Gateway {
+    start_with(docs, Some(ADMIN)).await
+}
+
+pub async fn start_with(docs: impl FnOnce(&Sim) -> Vec<String>, admin: Option<&str>) -> Gateway {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(0).await.unwrap();
+    let config = dir.path().join("policies");
+    std::fs::create_dir_all(&config).unwrap();
+    let mut all = vec!["kind: gateway\ncurrency: USD\n".to_string()];
+    all.extend(docs(&sim));
+    std::fs::write(config.join("set.yaml"), all.join("---\n")).unwrap();
+    let plan = purser::policy::compile_dir(&config).unwrap();
+    let db = dir.path().join("ledger.db");
+    let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
+    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = purser::http::router(
+        engine.clone(),
+        purser::http::Options {
+            admin_token: admin.and_then(purser::http::AdminToken::new),
+            ..purser::http::Options::default()
+        },
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Gateway {
+        sim,
+        addr,
+        db,
+        config,
+        engine,
+        dir,
+    }
+}
+
+impl Gateway {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// POST a chat completion; returns status, request id and body.
+    pub async fn chat(&self, key: &str, model: &str) -> (u16, Option<String>, Value) {
+        let r = reqwest::Client::new()
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let id = r
+            .headers()
+            .get("x-purser-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        let id = id.or_else(|| {
+            v.pointer("/error/request_id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        (status, id, v)
+    }
+
+    /// GET with the admin token; status and body text.
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        self.get_as(path, Some(ADMIN)).await
+    }
+
+    pub async fn get_as(&self, path: &str, token: Option<&str>) -> (u16, String) {
+        let mut rb = reqwest::Client::new().get(self.url(path));
+        if let Some(t) = token {
+            rb = rb.bearer_auth(t);
+        }
+        let r = rb.send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    pub async fn admin_json(&self, path: &str) -> Value {
+        let (status, body) = self.admin_get(path).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+}
