@@ -7,7 +7,11 @@
 ALTER TABLE requests ADD COLUMN ledger_seq INTEGER;
 UPDATE requests SET ledger_seq = rowid;
 CREATE UNIQUE INDEX requests_by_seq ON requests (ledger_seq);
+-- A policy's newest requests, in paging order.
+DROP INDEX requests_by_policy;
+CREATE INDEX requests_by_policy ON requests (policy, ledger_seq);
 
 -- spend and attempts.csv select attempts by start time; without this index a
--- one-month window reads every attempt ever made.
-CREATE INDEX attempts_by_start ON attempts (started_at);
+-- one-month window reads every attempt ever made. It also carries what a spend
+-- report sums, so a report by provider or day never touches the table.
+CREATE INDEX attempts_by_start ON attempts (started_at, provider, billing, cost, worst_case);

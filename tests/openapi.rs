@@ -11,12 +11,19 @@ use purser::sim::Script;
 
 const KEY: &str = "key-openapi";
 
-fn schemathesis() -> std::path::PathBuf {
-    for name in ["schemathesis", "st"] {
-        if let Ok(out) = std::process::Command::new(name).arg("--version").output()
+/// The schemathesis command: its script, or the module when the script is not on PATH.
+fn schemathesis() -> Vec<String> {
+    for cmd in [
+        vec!["schemathesis".to_string()],
+        vec!["python3".into(), "-m".into(), "schemathesis.cli".into()],
+    ] {
+        if let Ok(out) = std::process::Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .arg("--version")
+            .output()
             && out.status.success()
         {
-            return name.into();
+            return cmd;
         }
     }
     panic!(
@@ -60,7 +67,8 @@ async fn served_responses_match_the_openapi_description() {
     let junit = g.dir.path().join("schemathesis.xml");
     let junit_out = junit.clone();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(st)
+        std::process::Command::new(&st[0])
+            .args(&st[1..])
             .arg("run")
             .arg(&spec)
             .args(["--url", &url])

@@ -16,162 +16,162 @@ use crate::ledger::read;
 
 type Params = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
-fn audit_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(json!({"error": {"message": message, "type": "audit_error", "code": code}})),
-    )
-        .into_response()
+/// Why an admin request was not answered; one status and code each.
+#[derive(Debug)]
+pub enum Refusal {
+    /// No admin token configured: the API is off.
+    Disabled,
+    Unauthorized,
+    BadQuery(String),
+    Audit(AuditError),
+    Internal(String),
 }
 
-fn from_error(e: &AuditError) -> Response {
-    let (status, code) = match e {
-        AuditError::InvalidParam { .. }
-        | AuditError::UnknownParam(..)
-        | AuditError::Repeated(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-        AuditError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-        AuditError::Ledger(_) => (StatusCode::SERVICE_UNAVAILABLE, "ledger_unavailable"),
-        AuditError::Output(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-    };
-    audit_error(status, code, &e.to_string())
-}
-
-/// The admin gate: off unless a token is configured; then the bearer must match it.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(token) = &state.admin else {
-        return Err(audit_error(
-            StatusCode::FORBIDDEN,
-            "audit_disabled",
-            "the audit API is off: start purser with PURSER_ADMIN_TOKEN set to enable it",
-        ));
-    };
-    match super::bearer(headers) {
-        Some(given) if token.matches(given) => Ok(()),
-        _ => Err(audit_error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "the audit API needs `Authorization: Bearer <PURSER_ADMIN_TOKEN>`",
-        )),
+impl From<AuditError> for Refusal {
+    fn from(e: AuditError) -> Self {
+        Refusal::Audit(e)
     }
 }
 
-fn pairs(params: Params) -> Result<Vec<(String, String)>, Response> {
-    params.map(|Query(p)| p).map_err(|e| {
-        audit_error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            &format!("cannot read the query string: {e}"),
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            Refusal::Disabled => (
+                StatusCode::FORBIDDEN,
+                "audit_disabled",
+                "the audit and admin APIs are off: start purser with PURSER_ADMIN_TOKEN set to enable them".to_string(),
+            ),
+            Refusal::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this API needs `Authorization: Bearer <PURSER_ADMIN_TOKEN>`".to_string(),
+            ),
+            Refusal::BadQuery(m) => (StatusCode::BAD_REQUEST, "invalid_request", m),
+            Refusal::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", m),
+            Refusal::Audit(e) => {
+                let (status, code) = match &e {
+                    AuditError::InvalidParam { .. }
+                    | AuditError::UnknownParam(..)
+                    | AuditError::Repeated(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+                    AuditError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+                    AuditError::Ledger(_) => {
+                        (StatusCode::SERVICE_UNAVAILABLE, "ledger_unavailable")
+                    }
+                    AuditError::Output(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+                };
+                (status, code, e.to_string())
+            }
+        };
+        (
+            status,
+            axum::Json(json!({"error": {"message": message, "type": "admin_error", "code": code}})),
         )
-    })
+            .into_response()
+    }
+}
+
+/// The admin gate: off unless a token is configured; then the bearer must match it.
+pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
+    let token = state.admin.as_ref().ok_or(Refusal::Disabled)?;
+    match super::bearer(headers) {
+        Some(given) if token.matches(given) => Ok(()),
+        _ => Err(Refusal::Unauthorized),
+    }
+}
+
+fn pairs(params: Params) -> Result<Vec<(String, String)>, Refusal> {
+    params
+        .map(|Query(p)| p)
+        .map_err(|e| Refusal::BadQuery(format!("cannot read the query string: {e}")))
 }
 
 /// Run a read on a blocking thread with a fresh read-only connection.
 async fn with_reader<T: Send + 'static>(
     state: &AppState,
     f: impl FnOnce(&rusqlite::Connection) -> Result<T, AuditError> + Send + 'static,
-) -> Result<T, Response> {
+) -> Result<T, Refusal> {
     let ledger = state.engine.ledger.clone();
-    let joined = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let conn = ledger.reader()?;
         f(&conn)
     })
-    .await;
-    match joined {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(from_error(&e)),
-        Err(e) => Err(audit_error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &format!("audit query did not complete: {e}"),
-        )),
-    }
-}
-
-macro_rules! try_resp {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return r,
-        }
-    };
+    .await
+    .map_err(|e| Refusal::Internal(format!("audit query did not complete: {e}")))?
+    .map_err(Refusal::Audit)
 }
 
 pub async fn requests(
     State(state): State<AppState>,
     headers: HeaderMap,
     params: Params,
-) -> Response {
-    try_resp!(authorize(&state, &headers));
-    let query =
-        try_resp!(audit::requests_query(&try_resp!(pairs(params))).map_err(|e| from_error(&e)));
-    let page = try_resp!(
-        with_reader(&state, move |c| {
-            Ok(q::requests(c, &query.filter, query.limit, query.cursor)?)
-        })
-        .await
-    );
-    axum::Json(json!({"requests": page.requests, "next_cursor": page.next_cursor})).into_response()
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let query = audit::requests_query(&pairs(params)?)?;
+    let page = with_reader(&state, move |c| {
+        Ok(q::requests(c, &query.filter, query.limit, query.cursor)?)
+    })
+    .await?;
+    Ok(
+        axum::Json(json!({"requests": page.requests, "next_cursor": page.next_cursor}))
+            .into_response(),
+    )
 }
 
 pub async fn request(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-) -> Response {
-    try_resp!(authorize(&state, &headers));
-    let row = try_resp!(
-        with_reader(&state, move |c| {
-            read::request(c, &id)?.ok_or(AuditError::NotFound(id))
-        })
-        .await
-    );
-    axum::Json(row).into_response()
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let row = with_reader(&state, move |c| {
+        read::request(c, &id)?.ok_or(AuditError::NotFound(id))
+    })
+    .await?;
+    Ok(axum::Json(row).into_response())
 }
 
-pub async fn spend(State(state): State<AppState>, headers: HeaderMap, params: Params) -> Response {
-    try_resp!(authorize(&state, &headers));
-    let query =
-        try_resp!(audit::spend_query(&try_resp!(pairs(params))).map_err(|e| from_error(&e)));
+pub async fn spend(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Params,
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let query = audit::spend_query(&pairs(params)?)?;
     let (since, until) = (
         query.filter.since.as_ref().map(|i| i.text.clone()),
         query.filter.until.as_ref().map(|i| i.text.clone()),
     );
     let group_by = query.group_by;
-    let rows = try_resp!(
-        with_reader(&state, move |c| Ok(q::spend(
-            c,
-            &query.filter,
-            query.group_by
-        )?))
-        .await
-    );
-    axum::Json(json!({
+    let rows = with_reader(&state, move |c| {
+        Ok(q::spend(c, &query.filter, query.group_by)?)
+    })
+    .await?;
+    Ok(axum::Json(json!({
         "group_by": group_by.as_str(),
         "since": since,
         "until": until,
         "currency": state.engine.plan().currency(),
         "rows": rows,
     }))
-    .into_response()
+    .into_response())
 }
 
-pub async fn budgets(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    try_resp!(authorize(&state, &headers));
+pub async fn budgets(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
     let plan = state.engine.plan();
     let configured: Vec<_> = plan
         .policies()
         .flat_map(|p| p.budgets.iter().map(|b| (p.id.to_string(), *b)))
         .collect();
     let now = state.engine.now();
-    let rows = try_resp!(
-        with_reader(&state, move |c| Ok(q::current_budgets(
-            c,
-            &configured,
-            now
-        )?))
-        .await
-    );
-    axum::Json(json!({"currency": plan.currency(), "budgets": rows})).into_response()
+    let rows = with_reader(&state, move |c| {
+        Ok(q::current_budgets(c, &configured, now)?)
+    })
+    .await?;
+    Ok(axum::Json(json!({"currency": plan.currency(), "budgets": rows})).into_response())
 }
 
 /// Rows go out as the query yields them, in batches of about this many bytes.
@@ -181,25 +181,18 @@ pub async fn attempts_csv(
     State(state): State<AppState>,
     headers: HeaderMap,
     params: Params,
-) -> Response {
-    try_resp!(authorize(&state, &headers));
-    let filter =
-        try_resp!(audit::attempts_query(&try_resp!(pairs(params))).map_err(|e| from_error(&e)));
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let filter = audit::attempts_query(&pairs(params)?)?;
     // Open the reader before answering so a broken ledger is a 503, not a cut stream.
-    let conn = try_resp!(
-        state
-            .engine
-            .ledger
-            .reader()
-            .map_err(|e| from_error(&e.into()))
-    );
+    let conn = state.engine.ledger.reader().map_err(AuditError::from)?;
     let currency = state.engine.plan().currency().to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     tokio::task::spawn_blocking(move || write_csv(&conn, &filter, &currency, tx));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });
-    (
+    Ok((
         [
             ("content-type", "text/csv; charset=utf-8"),
             (
@@ -209,7 +202,7 @@ pub async fn attempts_csv(
         ],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response())
 }
 
 type Chunks = tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>;

@@ -208,8 +208,20 @@ impl Aggregate<Money, String> for DecimalSum {
         Ok(Money::ZERO)
     }
     fn step(&self, ctx: &mut Context<'_>, acc: &mut Money) -> rusqlite::Result<()> {
-        let v: Option<String> = ctx.get(0)?;
-        if let Some(v) = v {
+        // Borrow the text in place: this runs once per row of a spend report.
+        let text = match ctx.get_raw(0) {
+            rusqlite::types::ValueRef::Null => None,
+            rusqlite::types::ValueRef::Text(t) => Some(
+                std::str::from_utf8(t)
+                    .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?,
+            ),
+            other => {
+                return Err(rusqlite::Error::UserFunctionError(
+                    format!("dsum expects decimal TEXT, got {:?}", other.data_type()).into(),
+                ));
+            }
+        };
+        if let Some(v) = text {
             let m: Money = v
                 .parse()
                 .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
