@@ -244,3 +244,25 @@ fn emit(
         }
     }
 }
+
+pub fn settle(db: &Path, request_id: &str, cost: &str) -> ExitCode {
+    let cost: crate::money::Money = match cost.parse() {
+        Ok(c) if !crate::money::Money::is_negative(c) => c,
+        _ => {
+            eprintln!("error: --cost `{cost}` is not a non-negative decimal amount such as 0.0042");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    match crate::ledger::settle_file(db, request_id, cost) {
+        Ok(()) => {
+            println!(
+                "settled {request_id} at {cost}; its budget reservations now count {cost} plus any billed attempts"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
+    }
+}

@@ -82,6 +82,16 @@ pub enum Command {
         #[arg(long)]
         db: Option<PathBuf>,
     },
+    /// Settle an interrupted request: record what its interrupted attempt really cost.
+    Settle {
+        /// The request id (x-purser-request-id; `purser audit requests --outcome interrupted` lists them).
+        request_id: String,
+        /// What the vendor billed for the interrupted attempt, from its usage records (0 if nothing).
+        #[arg(long)]
+        cost: String,
+        #[arg(long, default_value = "purser.db")]
+        db: PathBuf,
+    },
     /// Read the ledger as the audit API does: requests, spend or budgets.
     Audit(AuditArgs),
     /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
@@ -187,6 +197,11 @@ pub fn run(cli: Cli) -> ExitCode {
             max_tokens,
         } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
         Command::Audit(args) => audit::audit(&args),
+        Command::Settle {
+            request_id,
+            cost,
+            db,
+        } => audit::settle(&db, &request_id, &cost),
         Command::Classify { api } => classify::classify(api.map(Into::into)),
         Command::Serve {
             config,

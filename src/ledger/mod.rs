@@ -59,6 +59,8 @@ pub enum LedgerError {
     },
     #[error("no request `{0}` in the ledger")]
     UnknownRequest(String),
+    #[error("request `{request_id}` cannot be settled: {why}")]
+    NotSettleable { request_id: String, why: String },
     #[error("invalid stored value: {0}")]
     Corrupt(String),
 }
@@ -234,6 +236,31 @@ impl Aggregate<Money, String> for DecimalSum {
     fn finalize(&self, _: &mut Context<'_>, acc: Option<Money>) -> rusqlite::Result<String> {
         Ok(acc.unwrap_or(Money::ZERO).to_string())
     }
+}
+
+/// Settle an interrupted request directly in a ledger file (the `purser settle`
+/// command). Safe beside a running gateway: it takes SQLite's write lock like the
+/// writer does, and it never runs crash recovery, which would misread the running
+/// gateway's in-flight rows.
+pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), LedgerError> {
+    if !path.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} does not exist",
+            path.display()
+        )));
+    }
+    let mut conn = connect(path, &Options::default())?;
+    let version = migrate::current_version(&conn)?;
+    if version != migrate::latest() {
+        return Err(LedgerError::Corrupt(format!(
+            "the ledger is at schema version {version}, this purser expects {}; start `purser serve` on it once to migrate",
+            migrate::latest()
+        )));
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    writer::settle(&tx, request_id, cost)?;
+    tx.commit()?;
+    Ok(())
 }
 
 /// Open a connection with purser's settings and functions.

@@ -312,7 +312,19 @@ fn finish_request(tx: &Transaction<'_>, r: &RequestResult) -> Result<(), LedgerE
     release(tx, &r.request_id, r.charged, &["held"])
 }
 
-fn settle(tx: &Transaction<'_>, request_id: &str, cost: Money) -> Result<(), LedgerError> {
+/// Operator settlement of an interrupted request: `cost` is what its interrupted
+/// attempt(s) really cost (from the vendor's usage records). That attempt becomes
+/// `billed` (or `not_billed` at zero), the request's cost becomes the exact billed
+/// total, and its budget reservations settle to that total.
+pub(super) fn settle(
+    tx: &Transaction<'_>,
+    request_id: &str,
+    cost: Money,
+) -> Result<(), LedgerError> {
+    let not_settleable = |why: String| LedgerError::NotSettleable {
+        request_id: request_id.to_string(),
+        why,
+    };
     let outcome: Option<String> = tx
         .query_row(
             "SELECT outcome FROM requests WHERE id = ?1",
@@ -324,16 +336,50 @@ fn settle(tx: &Transaction<'_>, request_id: &str, cost: Money) -> Result<(), Led
         None => return Err(LedgerError::UnknownRequest(request_id.to_string())),
         Some("interrupted") => {}
         Some(other) => {
-            return Err(LedgerError::Corrupt(format!(
-                "request {request_id} is `{other}`, only interrupted requests are settled by hand"
+            return Err(not_settleable(format!(
+                "it is `{other}`; only interrupted requests are settled by hand"
             )));
         }
     }
+    let open: Vec<u32> = tx
+        .prepare("SELECT seq FROM attempts WHERE request_id = ?1 AND state = 'interrupted' AND billing = 'maybe_billed' ORDER BY seq")?
+        .query_map(params![request_id], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let unsettled: i64 = tx.query_row(
+        "SELECT count(*) FROM reservations WHERE request_id = ?1 AND state IN ('interrupted', 'held')",
+        params![request_id],
+        |r| r.get(0),
+    )?;
+    if open.is_empty() && unsettled == 0 {
+        return Err(not_settleable("it is already settled".into()));
+    }
+    if open.is_empty() && cost.is_positive() {
+        return Err(not_settleable(
+            "no attempt of it may have been billed, so its cost can only be settled to 0".into(),
+        ));
+    }
+    for (i, seq) in open.iter().enumerate() {
+        let (amount, billing) = match (i, cost.is_positive()) {
+            (0, true) => (cost, "billed"),
+            _ => (Money::ZERO, "not_billed"),
+        };
+        tx.execute(
+            "UPDATE attempts SET billing = ?3, cost = ?4,
+             reason = reason || '; settled by an operator to ' || ?4 WHERE request_id = ?1 AND seq = ?2",
+            params![request_id, seq, billing, amount.to_string()],
+        )?;
+    }
+    let total: String = tx.query_row(
+        "SELECT COALESCE(dsum(cost), '0') FROM attempts WHERE request_id = ?1",
+        params![request_id],
+        |r| r.get(0),
+    )?;
+    let total = money_col(total)?;
     tx.execute(
         "UPDATE requests SET cost = ?2 WHERE id = ?1",
-        params![request_id, cost.to_string()],
+        params![request_id, total.to_string()],
     )?;
-    release(tx, request_id, cost, &["interrupted", "held"])
+    release(tx, request_id, total, &["interrupted", "held"])
 }
 
 /// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and
