@@ -11,6 +11,10 @@ CREATE UNIQUE INDEX requests_by_seq ON requests (ledger_seq);
 DROP INDEX requests_by_policy;
 CREATE INDEX requests_by_policy ON requests (policy, ledger_seq);
 
+-- Provider filters read a request's attempts through the primary key instead, and
+-- every index here is written on each attempt.
+DROP INDEX attempts_by_provider;
+
 -- spend and attempts.csv select attempts by start time; without this index a
 -- one-month window reads every attempt ever made. It also carries what a spend
 -- report sums, so a report by provider or day never touches the table.
