@@ -9,6 +9,7 @@ mod audit;
 mod check;
 pub mod classify;
 mod demo;
+mod diff;
 mod explain;
 mod serve;
 
@@ -42,6 +43,20 @@ pub enum Command {
         dir: PathBuf,
         #[arg(long, value_enum, default_value = "text")]
         format: PlanFormat,
+    },
+    /// What changes for money, vendors and jurisdictions between two policy sets.
+    Diff {
+        /// OLD_DIR NEW_DIR; with --git, only the directory (its old side is read from REV).
+        #[arg(required = true, num_args = 1..=2)]
+        dirs: Vec<PathBuf>,
+        /// Read the old side from this git revision of the same directory.
+        #[arg(long)]
+        git: Option<String>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: DiffFormat,
+        /// Exit 3 when any change widens (for a CI gate).
+        #[arg(long, value_enum)]
+        fail_on: Option<FailOn>,
     },
     /// Show, step by step, the decision a request would get, without calling anyone.
     Explain {
@@ -162,6 +177,18 @@ pub enum AuditFormat {
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DiffFormat {
+    Text,
+    Markdown,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FailOn {
+    Widen,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum LogFormat {
     Pretty,
     Json,
@@ -188,6 +215,12 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check { dir } => check::check(&dir),
         Command::Plan { dir, format } => check::plan(&dir, format),
+        Command::Diff {
+            dirs,
+            git,
+            format,
+            fail_on,
+        } => diff::diff(&dirs, git.as_deref(), format, fail_on.is_some()),
         Command::Explain {
             dir,
             policy,

@@ -2,6 +2,7 @@
 
 pub mod compile;
 pub mod diagnostic;
+pub mod diff;
 pub mod plan;
 pub mod raw;
 pub mod render;
