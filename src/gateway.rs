@@ -105,10 +105,18 @@ pub struct Failed {
     pub error: GatewayError,
 }
 
+/// The plan being served and its breakers, swapped as one: a request takes one
+/// snapshot and runs entirely under it.
+struct Active {
+    plan: Arc<Plan>,
+    breakers: Arc<Breakers>,
+}
+
 /// The running gateway: the active plan and everything the loop needs.
 pub struct Engine {
-    plan: RwLock<Arc<Plan>>,
-    breakers: RwLock<Arc<Breakers>>,
+    active: RwLock<Arc<Active>>,
+    /// Serialises plan swaps so breaker state carried across reloads is never lost.
+    swap: std::sync::Mutex<()>,
     pub ledger: Ledger,
     clock: Arc<dyn Clock>,
     http: reqwest::Client,
@@ -250,8 +258,11 @@ impl Engine {
             .build()
             .unwrap_or_default();
         Engine {
-            plan: RwLock::new(Arc::new(plan)),
-            breakers: RwLock::new(Arc::new(breakers)),
+            active: RwLock::new(Arc::new(Active {
+                plan: Arc::new(plan),
+                breakers: Arc::new(breakers),
+            })),
+            swap: std::sync::Mutex::new(()),
             ledger,
             clock,
             http,
@@ -259,8 +270,15 @@ impl Engine {
         }
     }
 
+    fn active(&self) -> Arc<Active> {
+        self.active
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn plan(&self) -> Arc<Plan> {
-        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.active().plan.clone()
     }
 
     /// The engine clock's wall time (budget windows, audit).
@@ -268,18 +286,17 @@ impl Engine {
         self.clock.wall()
     }
 
-    fn breakers(&self) -> Arc<Breakers> {
-        self.breakers
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Swap in a new plan atomically; requests already running keep theirs.
-    pub fn replace_plan(&self, plan: Plan) {
-        let b = Breakers::for_plan(&plan, self.clock.clone(), Some(&self.breakers()));
-        *self.breakers.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(b);
-        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(plan);
+    /// Swap in a new plan atomically; requests already running keep theirs. Breaker
+    /// state of destinations that survive the change carries over.
+    pub fn replace_plan(&self, plan: Plan) -> Arc<Plan> {
+        let _one_at_a_time = self.swap.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.active();
+        let breakers = Breakers::for_plan(&plan, self.clock.clone(), Some(&old.breakers));
+        *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Active {
+            plan: Arc::new(plan),
+            breakers: Arc::new(breakers),
+        });
+        old.plan.clone()
     }
 
     /// The client a key belongs to under the current plan.
@@ -303,13 +320,14 @@ impl Engine {
 
     /// Handle one chat completion: the whole chain, recorded.
     pub async fn chat(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
-        let plan = self.plan();
+        let active = self.active();
+        let (plan, breakers) = (&active.plan, &*active.breakers);
         let no_id = |error| Failed {
             request_id: None,
             error,
         };
         let who = key
-            .and_then(|k| self.authenticate(&plan, k))
+            .and_then(|k| self.authenticate(plan, k))
             .ok_or_else(|| no_id(GatewayError::Unauthorized))?;
         let policy = plan
             .policy(who.policy.as_str())
@@ -334,7 +352,7 @@ impl Engine {
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
-        let selected = match self.select(&plan, policy, &parsed) {
+        let selected = match self.select(plan, breakers, policy, &parsed) {
             Ok(s) => s,
             Err(e) => {
                 self.ledger
@@ -364,7 +382,7 @@ impl Engine {
             body,
             max_tokens: selected.bounds.output,
         };
-        self.run_chain(&plan, policy, &request_id, &selected, &req)
+        self.run_chain(plan, breakers, policy, &request_id, &selected, &req)
             .await
             .map_err(with_id)
     }
@@ -372,6 +390,7 @@ impl Engine {
     fn select(
         &self,
         plan: &Plan,
+        breakers: &Breakers,
         policy: &Policy,
         parsed: &Parsed,
     ) -> Result<selection::Selected, GatewayError> {
@@ -403,7 +422,6 @@ impl Engine {
             input: selection::input_bound(text, parsed.messages),
             output: parsed.max_tokens.unwrap_or(policy.max_output_tokens),
         };
-        let breakers = self.breakers();
         selection::select(route, &policy.ceiling, bounds, |d| breakers.is_open(&d.provider)).map_err(|r| match r {
             Refusal::NoDestination => GatewayError::NoDestination {
                 model: parsed.model.clone(),
@@ -439,6 +457,7 @@ impl Engine {
     async fn run_chain(
         &self,
         plan: &Plan,
+        breakers: &Breakers,
         policy: &Policy,
         request_id: &str,
         sel: &selection::Selected,
@@ -454,7 +473,6 @@ impl Engine {
         let mut retried = false;
         let mut seq = 0u32;
         let mut force_circuit_open = sel.circuit_open;
-        let breakers = self.breakers();
         let finish =
             |outcome, served_by: Option<String>, error_code: Option<String>, cost, charged| {
                 RequestResult {
@@ -486,7 +504,7 @@ impl Engine {
                 .await
                 .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
             let (outcome, status, message, key, answer) = self
-                .attempt(provider, &dest, req, &breakers, force_circuit_open)
+                .attempt(provider, &dest, req, breakers, force_circuit_open)
                 .await;
             force_circuit_open = false;
             let class = outcome.class();

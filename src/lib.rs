@@ -23,6 +23,7 @@ pub mod ids;
 pub mod ledger;
 pub mod money;
 pub mod policy;
+pub mod reload;
 pub mod selection;
 pub mod sim;
 pub mod upstream;

@@ -21,8 +21,11 @@ fn plan_diff(case: &str) -> diff::PlanDiff {
     diff::diff(&old, &new)
 }
 
-/// (case, expected changes as (tag, scope, what)).
-fn cases() -> Vec<(&'static str, Vec<(Tag, &'static str, &'static str)>)> {
+/// An expected change: (tag, "policy" or "policy/model", what).
+type Expected = (Tag, &'static str, &'static str);
+
+/// Each fixture with the changes it must produce.
+fn cases() -> Vec<(&'static str, Vec<Expected>)> {
     use Tag::{Narrows as N, Widens as W};
     vec![
         ("reformatted", vec![]),

@@ -75,7 +75,7 @@ async fn harness_with(opts: Options) -> Harness {
                 engine,
                 purser::http::Options {
                     body_limit: 1024 * 1024,
-                    admin_token: None,
+                    ..purser::http::Options::default()
                 },
             ),
         )

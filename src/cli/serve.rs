@@ -9,6 +9,7 @@ use crate::clock::SystemClock;
 use crate::gateway::Engine;
 use crate::http;
 use crate::ledger::{Ledger, Options};
+use crate::reload::Reloader;
 
 pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
     let Some(plan) = compile_or_report(config) else {
@@ -44,10 +45,13 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
     if admin_token.is_none() {
         tracing::info!("audit and admin APIs are off: set PURSER_ADMIN_TOKEN to enable them");
     }
+    let reloader = Arc::new(Reloader::new(engine.clone(), config.to_path_buf()));
+    tokio::spawn(reload_on_sighup(reloader.clone()));
     let app = http::router(
         engine,
         http::Options {
             admin_token,
+            reloader: Some(reloader),
             ..http::Options::default()
         },
     );
@@ -63,6 +67,34 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// SIGHUP recompiles the policy directory; a set that does not compile is logged with
+/// its errors and the running plan keeps serving.
+async fn reload_on_sighup(reloader: Arc<Reloader>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP; reload with POST /admin/v1/reload");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match reloader.reload().await {
+                Ok(r) => tracing::info!(
+                    plan_id = %r.plan_id,
+                    previous = %r.previous_plan_id,
+                    changed = r.changed,
+                    "SIGHUP: plan reloaded"
+                ),
+                Err(e) => {
+                    tracing::error!(error = %e, "SIGHUP: reload refused; the running plan keeps serving")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = reloader;
 }
 
 pub async fn shutdown_signal() {

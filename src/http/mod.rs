@@ -12,7 +12,9 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::gateway::{Engine, Failed, GatewayError, Served};
+use crate::reload::Reloader;
 
+mod admin;
 pub mod audit;
 
 pub use audit::AdminToken;
@@ -21,11 +23,13 @@ pub use audit::AdminToken;
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
 /// How the HTTP edge is set up around the engine.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Options {
     pub body_limit: usize,
     /// Enables the audit and admin APIs; `None` keeps them off.
     pub admin_token: Option<AdminToken>,
+    /// Where `POST /admin/v1/reload` recompiles from.
+    pub reloader: Option<Arc<Reloader>>,
 }
 
 impl Default for Options {
@@ -33,6 +37,7 @@ impl Default for Options {
         Options {
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
+            reloader: None,
         }
     }
 }
@@ -41,12 +46,14 @@ impl Default for Options {
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub admin: Option<AdminToken>,
+    pub reloader: Option<Arc<Reloader>>,
 }
 
 pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
     let state = AppState {
         engine,
         admin: opts.admin_token,
+        reloader: opts.reloader,
     };
     Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -58,6 +65,8 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         .route("/audit/v1/spend", get(audit::spend))
         .route("/audit/v1/attempts.csv", get(audit::attempts_csv))
         .route("/audit/v1/budgets", get(audit::budgets))
+        .route("/admin/v1/plan", get(admin::plan))
+        .route("/admin/v1/reload", post(admin::reload))
         .layer(DefaultBodyLimit::max(opts.body_limit))
         .with_state(state)
 }

@@ -72,6 +72,10 @@ pub async fn start_with(docs: impl FnOnce(&Sim) -> Vec<String>, admin: Option<&s
         engine.clone(),
         purser::http::Options {
             admin_token: admin.and_then(purser::http::AdminToken::new),
+            reloader: Some(Arc::new(purser::reload::Reloader::new(
+                engine.clone(),
+                config.clone(),
+            ))),
             ..purser::http::Options::default()
         },
     );
@@ -127,6 +131,17 @@ impl Gateway {
         }
         let r = rb.send().await.unwrap();
         (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// POST with the admin token; status and JSON body.
+    pub async fn admin_post(&self, path: &str) -> (u16, Value) {
+        let r = reqwest::Client::new()
+            .post(self.url(path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn admin_json(&self, path: &str) -> Value {

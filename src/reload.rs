@@ -1,0 +1,74 @@
+//! Hot reload: recompile the policy directory and swap the plan in one step, or keep
+//! the running plan when the new set does not compile. Triggered by SIGHUP and by
+//! `POST /admin/v1/reload`; knows nothing of either.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::gateway::Engine;
+use crate::policy::{self, Diagnostics};
+
+pub struct Reloader {
+    engine: Arc<Engine>,
+    dir: PathBuf,
+    /// One compile-and-swap at a time: two racing reloads must not swap out of order.
+    busy: tokio::sync::Mutex<()>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Reloaded {
+    pub plan_id: String,
+    pub previous_plan_id: String,
+    pub changed: bool,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the policy set in {dir} does not compile; plan {kept} keeps serving\n{diagnostics}")]
+    DoesNotCompile {
+        dir: String,
+        kept: String,
+        diagnostics: Diagnostics,
+    },
+    #[error("the reload did not complete: {0}")]
+    Interrupted(String),
+}
+
+impl Reloader {
+    pub fn new(engine: Arc<Engine>, dir: PathBuf) -> Reloader {
+        Reloader {
+            engine,
+            dir,
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
+        let _one = self.busy.lock().await;
+        let dir = self.dir.clone();
+        let compiled = tokio::task::spawn_blocking(move || policy::compile_dir(&dir))
+            .await
+            .map_err(|e| ReloadError::Interrupted(e.to_string()))?;
+        let plan = compiled.map_err(|diagnostics| ReloadError::DoesNotCompile {
+            dir: self.dir.display().to_string(),
+            kept: self.engine.plan().id().to_string(),
+            diagnostics,
+        })?;
+        let warnings = plan.warnings().iter().map(|w| w.to_string()).collect();
+        let plan_id = plan.id().to_string();
+        let previous = self.engine.replace_plan(plan);
+        Ok(Reloaded {
+            changed: previous.id() != plan_id,
+            previous_plan_id: previous.id().to_string(),
+            plan_id,
+            warnings,
+        })
+    }
+}
