@@ -133,7 +133,7 @@ async fn main() {
     )
     .unwrap();
     let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
-    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()));
+    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = purser::http::router(

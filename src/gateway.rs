@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::breaker::{Breakers, Permit};
 use crate::clock::Clock;
@@ -14,6 +15,7 @@ use crate::failure::{self, Billing, FailureClass, Outcome as Classified};
 use crate::ledger::{
     self, AttemptResult, BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest, RequestResult,
 };
+use crate::metrics::{Metrics, MetricsError};
 use crate::money::Money;
 use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy, Provider};
 use crate::selection::{self, Refusal, TokenBounds};
@@ -92,6 +94,7 @@ impl GatewayError {
 #[derive(Debug)]
 pub struct Served {
     pub request_id: String,
+    pub policy: String,
     pub body: Value,
     pub provider: String,
     pub attempts: usize,
@@ -102,6 +105,8 @@ pub struct Served {
 
 pub struct Failed {
     pub request_id: Option<String>,
+    /// The policy that governed the request, once the client was known.
+    pub policy: Option<String>,
     pub error: GatewayError,
 }
 
@@ -118,6 +123,7 @@ pub struct Engine {
     /// Serialises plan swaps so breaker state carried across reloads is never lost.
     swap: std::sync::Mutex<()>,
     pub ledger: Ledger,
+    pub metrics: Metrics,
     clock: Arc<dyn Clock>,
     http: reqwest::Client,
     credentials: Credentials,
@@ -251,23 +257,26 @@ fn upstream_message(body: &str) -> String {
 }
 
 impl Engine {
-    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Engine {
+    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Result<Engine, MetricsError> {
         let breakers = Breakers::for_plan(&plan, clock.clone(), None);
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .build()
             .unwrap_or_default();
-        Engine {
+        let metrics = Metrics::new()?;
+        metrics.set_plan(plan.id());
+        Ok(Engine {
             active: RwLock::new(Arc::new(Active {
                 plan: Arc::new(plan),
                 breakers: Arc::new(breakers),
             })),
             swap: std::sync::Mutex::new(()),
             ledger,
+            metrics,
             clock,
             http,
             credentials: Credentials::default(),
-        }
+        })
     }
 
     fn active(&self) -> Arc<Active> {
@@ -281,6 +290,24 @@ impl Engine {
         self.active().plan.clone()
     }
 
+    /// Refresh the scrape-time gauges (circuits, budgets) and render every metric.
+    pub fn render_metrics(&self, budgets: &[crate::ledger::audit::BudgetState]) -> String {
+        let active = self.active();
+        for (provider, state) in active.breakers.states() {
+            let v = match state {
+                crate::breaker::State::Closed => 0,
+                crate::breaker::State::HalfOpen => 1,
+                crate::breaker::State::Open => 2,
+            };
+            self.metrics.set_circuit(provider.as_str(), v);
+        }
+        for b in budgets {
+            self.metrics
+                .set_budget_remaining(&b.policy, &b.period, b.remaining);
+        }
+        self.metrics.render()
+    }
+
     /// The engine clock's wall time (budget windows, audit).
     pub fn now(&self) -> time::OffsetDateTime {
         self.clock.wall()
@@ -292,6 +319,7 @@ impl Engine {
         let _one_at_a_time = self.swap.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.active();
         let breakers = Breakers::for_plan(&plan, self.clock.clone(), Some(&old.breakers));
+        self.metrics.set_plan(plan.id());
         *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Active {
             plan: Arc::new(plan),
             breakers: Arc::new(breakers),
@@ -318,12 +346,48 @@ impl Engine {
         Ok(policy.routes.keys().map(|m| m.to_string()).collect())
     }
 
-    /// Handle one chat completion: the whole chain, recorded.
+    /// Handle one chat completion: the whole chain, recorded, traced and counted.
     pub async fn chat(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
+        let span = tracing::info_span!(
+            "request",
+            request_id = tracing::field::Empty,
+            policy = tracing::field::Empty,
+            client = tracing::field::Empty,
+            model = tracing::field::Empty,
+        );
+        let result = self.chat_inner(key, body).instrument(span.clone()).await;
+        let _entered = span.enter();
+        match &result {
+            Ok(s) => {
+                self.metrics.request(&s.policy, "served");
+                tracing::info!(provider = %s.provider, attempts = s.attempts, cost = %s.cost, fallback = s.fallback, "served");
+            }
+            Err(f) => {
+                let code = f.error.code();
+                self.metrics
+                    .request(f.policy.as_deref().unwrap_or("-"), code);
+                match &f.error {
+                    // Upstream refusals are counted by class where they are decided.
+                    GatewayError::Upstream { .. } | GatewayError::LedgerUnavailable(_) => {}
+                    GatewayError::Unauthorized
+                    | GatewayError::InvalidRequest(_)
+                    | GatewayError::ModelNotAllowed { .. }
+                    | GatewayError::NoDestination { .. }
+                    | GatewayError::CeilingExceeded(_)
+                    | GatewayError::BudgetExhausted(_) => self.metrics.refusal(code),
+                }
+                tracing::info!(code, error = %f.error, "not served");
+            }
+        }
+        result
+    }
+
+    async fn chat_inner(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
         let active = self.active();
         let (plan, breakers) = (&active.plan, &*active.breakers);
         let no_id = |error| Failed {
             request_id: None,
+            policy: None,
             error,
         };
         let who = key
@@ -332,10 +396,20 @@ impl Engine {
         let policy = plan
             .policy(who.policy.as_str())
             .ok_or_else(|| no_id(GatewayError::Unauthorized))?;
-        let parsed = parse(&body).map_err(no_id)?;
+        let span = tracing::Span::current();
+        span.record("policy", policy.id.as_str());
+        span.record("client", who.client.as_str());
+        let parsed = parse(&body).map_err(|error| Failed {
+            request_id: None,
+            policy: Some(policy.id.to_string()),
+            error,
+        })?;
         let request_id = ulid::Ulid::generate().to_string();
+        span.record("request_id", request_id.as_str());
+        span.record("model", parsed.model.as_str());
         let with_id = |error| Failed {
             request_id: Some(request_id.clone()),
+            policy: Some(policy.id.to_string()),
             error,
         };
 
@@ -503,11 +577,20 @@ impl Engine {
                 })
                 .await
                 .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+            let sent = std::time::Instant::now();
             let (outcome, status, message, key, answer) = self
                 .attempt(provider, &dest, req, breakers, force_circuit_open)
+                .instrument(tracing::info_span!("attempt", seq, provider = %dest.provider, model = %dest.upstream_model))
                 .await;
             force_circuit_open = false;
             let class = outcome.class();
+            let class_name = class.map_or("success", FailureClass::as_str);
+            let called = class != Some(FailureClass::CircuitOpen);
+            self.metrics.attempt(
+                dest.provider.as_str(),
+                class_name,
+                called.then(|| sent.elapsed()),
+            );
             let billing = class.map_or(Billing::Billed, FailureClass::billing);
             let (cost, usage_in, usage_out, served_body) = match (&outcome, answer) {
                 (Classified::Success, Some(v)) => {
@@ -525,6 +608,9 @@ impl Engine {
             let Some(class) = class else {
                 billed = billed + cost;
                 charged = charged + cost;
+                self.metrics
+                    .spend(dest.provider.as_str(), plan.currency(), cost);
+                tracing::info!(seq, provider = %dest.provider, class = "success", status, %cost, "attempt");
                 self.record(
                     request_id,
                     seq,
@@ -551,6 +637,7 @@ impl Engine {
                     .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
                 return Ok(Served {
                     request_id: request_id.to_string(),
+                    policy: policy.id.to_string(),
                     body: served_body.unwrap_or(Value::Null),
                     provider: dest.provider.to_string(),
                     attempts: seq as usize,
@@ -607,18 +694,27 @@ impl Engine {
             )
             .await?;
             earlier_billing = earlier_billing.max(billing);
+            tracing::info!(seq, provider = %dest.provider, class = class.as_str(), status, decision = decision.action.as_str(), reason = %decision.reason(), "attempt");
             match decision.action {
                 Action::RetrySame => {
                     retried = true;
                 }
                 Action::FailOver => {
                     let Some(a) = &sel.alternate else { break };
+                    self.metrics.failover(
+                        dest.provider.as_str(),
+                        a.destination.provider.as_str(),
+                        class.as_str(),
+                    );
                     dest = a.destination.clone();
                     worst = a.worst_case;
                     on_alternate = true;
                     retried = false;
                 }
                 Action::Refuse | Action::Stop => {
+                    if decision.action == Action::Refuse {
+                        self.metrics.refusal(class.as_str());
+                    }
                     let outcome = match decision.action {
                         Action::Refuse => ledger::Outcome::Refused,
                         Action::Stop | Action::RetrySame | Action::FailOver => {

@@ -21,6 +21,7 @@ pub mod gateway;
 pub mod http;
 pub mod ids;
 pub mod ledger;
+pub mod metrics;
 pub mod money;
 pub mod policy;
 pub mod reload;

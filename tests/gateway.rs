@@ -65,7 +65,7 @@ async fn harness_with(opts: Options) -> Harness {
     let plan = purser::policy::compile_dir(&cfg).unwrap();
     let db = dir.path().join("ledger.db");
     let (l, _) = Ledger::open(&db, opts).unwrap();
-    let engine = Arc::new(Engine::new(plan, l, SystemClock::shared()));
+    let engine = Arc::new(Engine::new(plan, l, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {

@@ -272,7 +272,9 @@ async fn run(
         plan.id(),
         db.display()
     );
-    let engine = Arc::new(Engine::new(plan, ledger.clone(), SystemClock::shared()));
+    let engine = Arc::new(
+        Engine::new(plan, ledger.clone(), SystemClock::shared()).map_err(|e| e.to_string())?,
+    );
     let listener =
         tokio::net::TcpListener::bind(listen.unwrap_or_else(|| ([127, 0, 0, 1], 0).into()))
             .await

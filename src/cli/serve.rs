@@ -30,7 +30,13 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
         );
     }
     let plan_id = plan.id().to_string();
-    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()));
+    let engine = match Engine::new(plan, ledger, SystemClock::shared()) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(l) => l,
         Err(e) => {

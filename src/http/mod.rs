@@ -60,6 +60,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
         .route("/audit/v1/requests", get(audit::requests))
         .route("/audit/v1/requests/{id}", get(audit::request))
         .route("/audit/v1/spend", get(audit::spend))
@@ -89,6 +90,31 @@ async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
             .into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
     }
+}
+
+/// Prometheus text. Budget gauges are read from the ledger at scrape time; when the
+/// ledger cannot be read they are left as last seen rather than failing the scrape.
+async fn metrics(State(AppState { engine, .. }): State<AppState>) -> Response {
+    let plan = engine.plan();
+    let configured: Vec<_> = plan
+        .policies()
+        .flat_map(|p| p.budgets.iter().map(|b| (p.id.to_string(), *b)))
+        .collect();
+    let now = engine.now();
+    let ledger = engine.ledger.clone();
+    let budgets = tokio::task::spawn_blocking(move || {
+        let conn = ledger.reader().ok()?;
+        crate::ledger::audit::current_budgets(&conn, &configured, now).ok()
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or_default();
+    (
+        [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+        engine.render_metrics(&budgets),
+    )
+        .into_response()
 }
 
 async fn models(State(AppState { engine, .. }): State<AppState>, headers: HeaderMap) -> Response {
@@ -141,7 +167,9 @@ async fn chat(
         .unwrap_or(false);
     match engine.chat(key, value).await {
         Ok(served) => served_response(served, stream),
-        Err(Failed { request_id, error }) => error_response(request_id.as_deref(), &error),
+        Err(Failed {
+            request_id, error, ..
+        }) => error_response(request_id.as_deref(), &error),
     }
 }
 

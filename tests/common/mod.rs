@@ -65,7 +65,7 @@ pub async fn start_with(docs: impl FnOnce(&Sim) -> Vec<String>, admin: Option<&s
     let plan = purser::policy::compile_dir(&config).unwrap();
     let db = dir.path().join("ledger.db");
     let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
-    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()));
+    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = purser::http::router(
