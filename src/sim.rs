@@ -25,6 +25,16 @@ pub enum Script {
     Delay(u64),
     /// 401 unless the key presented is this one; a normal answer otherwise.
     RequireKey(String),
+    /// 200 with headers, then the connection is cut before any body byte.
+    Drop,
+    /// A streamed answer cut (connection dropped) after this many events.
+    StreamCut(usize),
+    /// A streamed answer whose first event is this error body (an error event).
+    StreamError(String),
+    /// This many content events, then this error body as an event.
+    StreamErrorAfter(usize, String),
+    /// A normal streamed answer with this many milliseconds between events.
+    StreamSlow(u64),
 }
 
 #[derive(Default)]
@@ -163,23 +173,41 @@ async fn answer(
     provider: String,
     headers: HeaderMap,
     model: String,
+    stream: bool,
 ) -> Response {
     let key = key_of(api, &headers);
+    let ok = |api, provider: &str, model: &str| {
+        if stream {
+            sse_response(ok_events(api, provider, model), None, 0)
+        } else {
+            axum::Json(ok_body(api, provider, model)).into_response()
+        }
+    };
     match sim.next(&provider, key.clone()) {
-        Script::Ok => axum::Json(ok_body(api, &provider, &model)).into_response(),
+        Script::Ok => ok(api, &provider, &model),
         Script::Delay(ms) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            axum::Json(ok_body(api, &provider, &model)).into_response()
+            ok(api, &provider, &model)
         }
+        Script::Drop => sse_response(vec![], Some(0), 0),
+        Script::StreamCut(n) => sse_response(ok_events(api, &provider, &model), Some(n), 0),
+        Script::StreamError(body) => sse_response(vec![error_event(api, &body)], None, 0),
+        Script::StreamErrorAfter(n, body) => {
+            let mut events: Vec<String> = ok_events(api, &provider, &model)
+                .into_iter()
+                .take(n)
+                .collect();
+            events.push(error_event(api, &body));
+            sse_response(events, None, 0)
+        }
+        Script::StreamSlow(ms) => sse_response(ok_events(api, &provider, &model), None, ms),
         Script::Status(s, body) => (
             StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             [("content-type", "application/json")],
             body,
         )
             .into_response(),
-        Script::RequireKey(k) if k == key => {
-            axum::Json(ok_body(api, &provider, &model)).into_response()
-        }
+        Script::RequireKey(k) if k == key => ok(api, &provider, &model),
         Script::RequireKey(_) => (
             StatusCode::UNAUTHORIZED,
             [("content-type", "application/json")],
@@ -187,6 +215,113 @@ async fn answer(
         )
             .into_response(),
     }
+}
+
+/// The events of a normal streamed answer in `api`'s own shape (same text and usage
+/// as `ok_body`), each a complete SSE block.
+fn ok_events(api: Api, provider: &str, model: &str) -> Vec<String> {
+    let parts = ["Hello from ", &format!("{provider}.")].map(str::to_string);
+    let data = |v: Value| format!("data: {v}\n\n");
+    match api {
+        Api::Openai => {
+            let chunk = |delta: Value, finish: Value| {
+                data(
+                    json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 1_764_000_000, "model": model,
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+                )
+            };
+            vec![
+                chunk(
+                    json!({"role": "assistant", "content": parts[0]}),
+                    Value::Null,
+                ),
+                chunk(json!({"content": parts[1]}), Value::Null),
+                chunk(json!({}), json!("stop")),
+                data(
+                    json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 1_764_000_000, "model": model,
+                            "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}}),
+                ),
+                "data: [DONE]\n\n".to_string(),
+            ]
+        }
+        Api::Anthropic => {
+            let ev = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
+            vec![
+                ev(
+                    "message_start",
+                    json!({"type": "message_start", "message": {"id": "msg_sim", "type": "message", "role": "assistant", "model": model, "content": [], "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+                ),
+                ev(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ),
+                ev(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": parts[0]}}),
+                ),
+                ev(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": parts[1]}}),
+                ),
+                ev(
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": 0}),
+                ),
+                ev(
+                    "message_delta",
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 8}}),
+                ),
+                ev("message_stop", json!({"type": "message_stop"})),
+            ]
+        }
+        Api::Gemini => vec![
+            data(
+                json!({"candidates": [{"content": {"role": "model", "parts": [{"text": parts[0]}]}, "index": 0}]}),
+            ),
+            data(
+                json!({"candidates": [{"content": {"role": "model", "parts": [{"text": parts[1]}]}, "finishReason": "STOP", "index": 0}],
+                        "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 8, "totalTokenCount": 20}}),
+            ),
+        ],
+    }
+}
+
+/// An error body as `api` sends it inside a stream.
+fn error_event(api: Api, body: &str) -> String {
+    match api {
+        Api::Anthropic => format!("event: error\ndata: {body}\n\n"),
+        Api::Openai | Api::Gemini => format!("data: {body}\n\n"),
+    }
+}
+
+/// An SSE response of `events`; `cut_after` drops the connection after that many,
+/// `gap_ms` waits between events.
+fn sse_response(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> Response {
+    let total = events.len();
+    let body = futures_util::stream::unfold(
+        (events.into_iter(), 0usize),
+        move |(mut it, i)| async move {
+            if cut_after == Some(i) && i <= total {
+                return Some((
+                    Err(std::io::Error::other("simulated cut")),
+                    (it, usize::MAX),
+                ));
+            }
+            if i == usize::MAX {
+                return None;
+            }
+            if gap_ms > 0 && i > 0 {
+                tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+            }
+            it.next()
+                .map(|e| (Ok::<_, std::io::Error>(bytes::Bytes::from(e)), (it, i + 1)))
+        },
+    );
+    (
+        [("content-type", "text/event-stream")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// The model a JSON request body names.
@@ -203,7 +338,8 @@ async fn openai(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    answer(sim, Api::Openai, provider, headers, model_of(&body)).await
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    answer(sim, Api::Openai, provider, headers, model_of(&body), stream).await
 }
 
 async fn anthropic(
@@ -212,7 +348,16 @@ async fn anthropic(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    answer(sim, Api::Anthropic, provider, headers, model_of(&body)).await
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    answer(
+        sim,
+        Api::Anthropic,
+        provider,
+        headers,
+        model_of(&body),
+        stream,
+    )
+    .await
 }
 
 async fn gemini(
@@ -220,6 +365,15 @@ async fn gemini(
     Path((provider, rest)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let model = rest.split(':').next().unwrap_or("").to_string();
-    answer(sim, Api::Gemini, provider, headers, model).await
+    let (model, method) = rest.split_once(':').unwrap_or((&rest, ""));
+    let stream = method.starts_with("streamGenerateContent");
+    answer(
+        sim,
+        Api::Gemini,
+        provider,
+        headers,
+        model.to_string(),
+        stream,
+    )
+    .await
 }

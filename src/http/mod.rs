@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use crate::gateway::{Engine, Failed, GatewayError, Served};
+use crate::gateway::{Engine, Failed, GatewayError, Reply, Served};
 use crate::reload::Reloader;
 
 mod admin;
@@ -161,23 +161,33 @@ async fn chat(
             );
         }
     };
-    let stream = value
-        .get("stream")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
     match engine.chat(key, value).await {
-        Ok(served) => served_response(served, stream),
+        Ok(served) => served_response(served),
         Err(Failed {
             request_id, error, ..
         }) => error_response(request_id.as_deref(), &error),
     }
 }
 
-fn served_response(s: Served, stream: bool) -> Response {
-    let mut resp = if stream {
-        sse_from(&s.body).into_response()
-    } else {
-        axum::Json(&s.body).into_response()
+fn served_response(s: Served) -> Response {
+    let streamed = matches!(s.reply, Reply::Stream(_));
+    let mut resp = match s.reply {
+        Reply::Complete(v) => axum::Json(v).into_response(),
+        Reply::Stream(rx) => {
+            let body = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv()
+                    .await
+                    .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+            });
+            (
+                [
+                    ("content-type", "text/event-stream"),
+                    ("cache-control", "no-cache"),
+                ],
+                axum::body::Body::from_stream(body),
+            )
+                .into_response()
+        }
     };
     let h = resp.headers_mut();
     let mut put = |k: &'static str, v: String| {
@@ -188,58 +198,16 @@ fn served_response(s: Served, stream: bool) -> Response {
     put("x-purser-request-id", s.request_id);
     put("x-purser-provider", s.provider);
     put("x-purser-attempts", s.attempts.to_string());
-    put("x-purser-cost", s.cost.to_string());
+    // A stream's cost is known only at its end: it is in the final usage chunk
+    // (`purser_cost`) and the ledger, not in a header sent before the first byte.
+    if !streamed {
+        put("x-purser-cost", s.cost.to_string());
+    }
     put("x-purser-fallback", s.fallback.to_string());
     if let Some(n) = s.clamped_to {
         put("x-purser-clamped-max-tokens", n.to_string());
     }
     resp
-}
-
-/// A complete answer as OpenAI chunks: failover already happened before the first
-/// byte, so a stream never splices two vendors.
-fn sse_from(body: &Value) -> Response {
-    let id = body.get("id").cloned().unwrap_or(Value::Null);
-    let model = body.get("model").cloned().unwrap_or(Value::Null);
-    let created = body.get("created").cloned().unwrap_or(Value::Null);
-    let choice = body.pointer("/choices/0").cloned().unwrap_or(Value::Null);
-    let content = choice
-        .pointer("/message/content")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let finish = choice.get("finish_reason").cloned().unwrap_or(Value::Null);
-    let chunk = |delta: Value, finish: Value, usage: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-               "choices": if delta.is_null() { json!([]) } else { json!([{"index": 0, "delta": delta, "finish_reason": finish}]) },
-               "usage": usage})
-    };
-    let mut out = String::new();
-    for c in [
-        chunk(
-            json!({"role": "assistant", "content": content}),
-            Value::Null,
-            Value::Null,
-        ),
-        chunk(json!({}), finish, Value::Null),
-        chunk(
-            Value::Null,
-            Value::Null,
-            body.get("usage").cloned().unwrap_or(Value::Null),
-        ),
-    ] {
-        out.push_str("data: ");
-        out.push_str(&c.to_string());
-        out.push_str("\n\n");
-    }
-    out.push_str("data: [DONE]\n\n");
-    (
-        [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-        ],
-        out,
-    )
-        .into_response()
 }
 
 pub fn status_of(e: &GatewayError) -> StatusCode {

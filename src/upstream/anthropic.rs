@@ -35,6 +35,9 @@ pub fn prepare(
     if let Some(stop) = stop_sequences(&req.body) {
         body.insert("stop_sequences".into(), stop);
     }
+    if req.stream {
+        body.insert("stream".into(), json!(true));
+    }
     if let Some(Value::Array(tools)) = req.body.get("tools") {
         let mapped: Vec<Value> = tools
             .iter()

@@ -35,12 +35,33 @@ pub fn prepare(
     if !system.is_empty() {
         body["systemInstruction"] = json!({"parts": system});
     }
+    if let Some(Value::Array(tools)) = req.body.get("tools") {
+        let functions: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| t.get("function"))
+            .map(|f| {
+                let mut d = json!({"name": f.get("name"), "description": f.get("description")});
+                if let Some(p) = f.get("parameters") {
+                    d["parameters"] = p.clone();
+                }
+                d
+            })
+            .collect();
+        if !functions.is_empty() {
+            body["tools"] = json!([{"functionDeclarations": functions}]);
+        }
+    }
     let mut headers = vec![];
     if let Some(k) = key {
         headers.push(("x-goog-api-key", k.to_string()));
     }
+    let method = if req.stream {
+        "streamGenerateContent?alt=sse"
+    } else {
+        "generateContent"
+    };
     Prepared {
-        url: format!("{base_url}/models/{}:generateContent", dest.upstream_model),
+        url: format!("{base_url}/models/{}:{method}", dest.upstream_model),
         headers,
         body,
     }
@@ -67,7 +88,23 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         "/usageMetadata/promptTokenCount",
         "/usageMetadata/candidatesTokenCount",
     );
-    let message = json!({"role": "assistant", "content": text});
+    let calls: Vec<Value> = cand
+        .and_then(|c| c.pointer("/content/parts"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("functionCall"))
+        .enumerate()
+        .map(|(i, c)| json!({"id": format!("call_{i}"), "type": "function",
+            "function": {"name": c.get("name"), "arguments": c.get("args").map(Value::to_string).unwrap_or_else(|| "{}".into())}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": text});
+    let finish = if calls.is_empty() {
+        finish
+    } else {
+        message["tool_calls"] = Value::Array(calls);
+        "tool_calls"
+    };
     (
         completion(
             format!("chatcmpl-{}", ulid::Ulid::generate()),

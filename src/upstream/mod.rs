@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod gemini;
 pub mod openai;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -28,6 +29,8 @@ pub struct ChatRequest {
     pub body: Value,
     /// Output bound to send as max_tokens (may be clamped).
     pub max_tokens: u64,
+    /// Ask the upstream to stream (the client asked for `stream: true`).
+    pub stream: bool,
 }
 
 /// One HTTP call, ready to send.
@@ -157,15 +160,7 @@ pub async fn send(client: &reqwest::Client, prepared: Prepared, timeout: Duratio
         Err(e) => return Observation::Transport(transport_kind(&e), e.to_string()),
     };
     let status = resp.status().as_u16();
-    let headers = resp
-        .headers()
-        .iter()
-        .filter_map(|(k, v)| {
-            v.to_str()
-                .ok()
-                .map(|v| (k.as_str().to_string(), v.to_string()))
-        })
-        .collect();
+    let headers = header_list(&resp);
     match resp.text().await {
         Ok(body) => Observation::Answer {
             status,
@@ -176,9 +171,77 @@ pub async fn send(client: &reqwest::Client, prepared: Prepared, timeout: Duratio
     }
 }
 
+/// A streamed call's first answer: either a complete (error) answer to classify as
+/// usual, or a 2xx whose body is read event by event.
+pub enum Opened {
+    Complete(Observation),
+    Streaming {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: reqwest::Response,
+    },
+}
+
+/// Send a streaming call. The provider's timeout bounds the wait for the answer's
+/// head here and each gap between events later, not the whole generation.
+pub async fn open_stream(
+    client: &reqwest::Client,
+    prepared: Prepared,
+    timeout: Duration,
+) -> Opened {
+    let mut rb = client.post(&prepared.url).json(&prepared.body);
+    for (k, v) in &prepared.headers {
+        rb = rb.header(*k, v);
+    }
+    let resp = match tokio::time::timeout(timeout, rb.send()).await {
+        Err(_) => {
+            return Opened::Complete(Observation::Transport(
+                TransportFailure::ResponseTimeout,
+                format!("no answer within {} ms", timeout.as_millis()),
+            ));
+        }
+        Ok(Err(e)) => {
+            return Opened::Complete(Observation::Transport(transport_kind(&e), e.to_string()));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status().as_u16();
+    let headers = header_list(&resp);
+    if !resp.status().is_success() {
+        return Opened::Complete(match tokio::time::timeout(timeout, resp.text()).await {
+            Ok(Ok(body)) => Observation::Answer {
+                status,
+                headers,
+                body,
+            },
+            Ok(Err(e)) => Observation::Transport(transport_kind(&e), e.to_string()),
+            Err(_) => Observation::Transport(
+                TransportFailure::ResponseTimeout,
+                "the error body did not arrive in time".into(),
+            ),
+        });
+    }
+    Opened::Streaming {
+        status,
+        headers,
+        body: resp,
+    }
+}
+
+fn header_list(resp: &reqwest::Response) -> Vec<(String, String)> {
+    resp.headers()
+        .iter()
+        .filter_map(|(k, v)| {
+            v.to_str()
+                .ok()
+                .map(|v| (k.as_str().to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 /// Connect errors happen before any byte of the request is sent; anything else after
 /// the connection was made (a reset, a cut body) may have reached the model.
-fn transport_kind(e: &reqwest::Error) -> TransportFailure {
+pub(crate) fn transport_kind(e: &reqwest::Error) -> TransportFailure {
     if e.is_connect() {
         if e.is_timeout() {
             TransportFailure::ConnectTimeout
@@ -284,6 +347,7 @@ mod tests {
                 {"role": "assistant", "content": "hello"},
                 {"role": "user", "content": "again"}]}),
             max_tokens: 77,
+            stream: false,
         }
     }
 

@@ -22,9 +22,14 @@ pub fn prepare(
         } else {
             o.insert("max_tokens".into(), json!(req.max_tokens));
         }
-        // purser streams to the client from a complete upstream answer (see gateway).
-        o.remove("stream");
-        o.remove("stream_options");
+        if req.stream {
+            // Usage in the last chunk is how a stream's exact cost becomes known.
+            o.insert("stream".into(), json!(true));
+            o.insert("stream_options".into(), json!({"include_usage": true}));
+        } else {
+            o.remove("stream");
+            o.remove("stream_options");
+        }
     }
     let mut headers = vec![];
     if let Some(k) = key {

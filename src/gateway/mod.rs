@@ -2,6 +2,8 @@
 //! record, until served or stopped. Knows nothing of HTTP frameworks: `http` maps its
 //! results to responses.
 
+mod stream;
+
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
@@ -25,6 +27,46 @@ use crate::upstream::{self, ChatRequest, Credentials, Observation};
 const MESSAGE_LIMIT: usize = 2048;
 /// Tokens assumed per image part under a soft ceiling (no provable bound exists).
 const SOFT_IMAGE_TOKENS: u64 = 1_600;
+
+/// Classify what a call observed; a successful complete answer is parsed once.
+fn observe(
+    api: crate::policy::plan::Api,
+    obs: Observation,
+    keep_body: bool,
+) -> (Classified, Option<u16>, String, Option<Answer>) {
+    match obs {
+        Observation::Transport(t, detail) => {
+            let (class, reason) = failure::classify_transport(t);
+            (
+                Classified::Failure {
+                    class,
+                    reason: reason.into(),
+                },
+                None,
+                format!("{reason}: {detail}"),
+                None,
+            )
+        }
+        Observation::Answer {
+            status,
+            headers,
+            body,
+        } => {
+            let o = failure::classify(api, status, &headers, &body);
+            match o {
+                Classified::Success => {
+                    let v = if keep_body {
+                        serde_json::from_str(&body).ok().map(Answer::Complete)
+                    } else {
+                        None
+                    };
+                    (o, Some(status), String::new(), v)
+                }
+                Classified::Failure { .. } => (o, Some(status), upstream_message(&body), None),
+            }
+        }
+    }
+}
 
 /// One attempt as the client's error and the headers report it.
 #[derive(Debug, Clone, Serialize)]
@@ -95,12 +137,29 @@ impl GatewayError {
 pub struct Served {
     pub request_id: String,
     pub policy: String,
-    pub body: Value,
+    pub reply: Reply,
     pub provider: String,
     pub attempts: usize,
     pub cost: Money,
     pub fallback: bool,
     pub clamped_to: Option<u64>,
+}
+
+/// What a served request hands to the client.
+#[derive(Debug)]
+pub enum Reply {
+    /// The whole answer, already in the OpenAI chat.completion shape.
+    Complete(Value),
+    /// Server-sent-event bytes (OpenAI chunks) as the upstream produces them; the last
+    /// is `data: [DONE]`, or an error event when the stream failed after content.
+    Stream(tokio::sync::mpsc::Receiver<bytes::Bytes>),
+}
+
+/// What a successful attempt produced.
+enum Answer {
+    Complete(Value),
+    /// The upstream's first content is in; the rest is still arriving.
+    Stream(Box<stream::Live>),
 }
 
 pub struct Failed {
@@ -132,6 +191,7 @@ pub struct Engine {
 /// The parts of the client's body the engine reads.
 struct Parsed {
     model: String,
+    stream: bool,
     max_tokens: Option<u64>,
     text_bytes: u64,
     messages: u64,
@@ -208,13 +268,14 @@ fn parse(body: &Value) -> Result<Parsed, GatewayError> {
         }
     };
     let max_tokens = int("max_completion_tokens")?.or(int("max_tokens")?);
-    if let Some(s) = obj.get("stream")
-        && !s.is_boolean()
-    {
-        return Err(bad("`stream` must be a boolean"));
-    }
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean")),
+    };
     Ok(Parsed {
         model,
+        stream,
         max_tokens,
         text_bytes,
         messages: messages.len() as u64,
@@ -347,7 +408,7 @@ impl Engine {
     }
 
     /// Handle one chat completion: the whole chain, recorded, traced and counted.
-    pub async fn chat(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
+    pub async fn chat(self: &Arc<Self>, key: Option<&str>, body: Value) -> Result<Served, Failed> {
         let span = tracing::info_span!(
             "request",
             request_id = tracing::field::Empty,
@@ -382,7 +443,11 @@ impl Engine {
         result
     }
 
-    async fn chat_inner(&self, key: Option<&str>, body: Value) -> Result<Served, Failed> {
+    async fn chat_inner(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        body: Value,
+    ) -> Result<Served, Failed> {
         let active = self.active();
         let (plan, breakers) = (&active.plan, &*active.breakers);
         let no_id = |error| Failed {
@@ -455,6 +520,7 @@ impl Engine {
         let req = ChatRequest {
             body,
             max_tokens: selected.bounds.output,
+            stream: parsed.stream,
         };
         self.run_chain(plan, breakers, policy, &request_id, &selected, &req)
             .await
@@ -529,7 +595,7 @@ impl Engine {
     }
 
     async fn run_chain(
-        &self,
+        self: &Arc<Self>,
         plan: &Plan,
         breakers: &Breakers,
         policy: &Policy,
@@ -584,6 +650,41 @@ impl Engine {
                 .await;
             force_circuit_open = false;
             let class = outcome.class();
+            let billing = class.map_or(Billing::Billed, FailureClass::billing);
+            let answer = match answer {
+                // Committed: the rest of the attempt (and of the request) is recorded by
+                // the stream's tail, which also counts it.
+                Some(Answer::Stream(live)) if class.is_none() => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(64);
+                    let tail = stream::Tail {
+                        engine: Arc::clone(self),
+                        request_id: request_id.to_string(),
+                        seq,
+                        dest: dest.clone(),
+                        currency: plan.currency().to_string(),
+                        worst,
+                        billed_before: billed,
+                        charged_before: charged,
+                        breaker: breakers.get(&dest.provider).cloned(),
+                        sent,
+                        key: key.clone(),
+                    };
+                    tokio::spawn(tail.run(*live, tx).instrument(tracing::Span::current()));
+                    return Ok(Served {
+                        request_id: request_id.to_string(),
+                        policy: policy.id.to_string(),
+                        reply: Reply::Stream(rx),
+                        provider: dest.provider.to_string(),
+                        attempts: seq as usize,
+                        cost: billed,
+                        fallback: on_alternate,
+                        clamped_to: sel.clamped_from.map(|_| sel.bounds.output),
+                    });
+                }
+                Some(Answer::Stream(_)) => None,
+                Some(Answer::Complete(v)) => Some(v),
+                None => None,
+            };
             let class_name = class.map_or("success", FailureClass::as_str);
             let called = class != Some(FailureClass::CircuitOpen);
             self.metrics.attempt(
@@ -591,7 +692,6 @@ impl Engine {
                 class_name,
                 called.then(|| sent.elapsed()),
             );
-            let billing = class.map_or(Billing::Billed, FailureClass::billing);
             let (cost, usage_in, usage_out, served_body) = match (&outcome, answer) {
                 (Classified::Success, Some(v)) => {
                     let (translated, usage) = upstream::translate(provider.api, &dest, &v);
@@ -638,7 +738,7 @@ impl Engine {
                 return Ok(Served {
                     request_id: request_id.to_string(),
                     policy: policy.id.to_string(),
-                    body: served_body.unwrap_or(Value::Null),
+                    reply: Reply::Complete(served_body.unwrap_or(Value::Null)),
                     provider: dest.provider.to_string(),
                     attempts: seq as usize,
                     cost: billed,
@@ -805,7 +905,7 @@ impl Engine {
         Option<u16>,
         String,
         Option<String>,
-        Option<Value>,
+        Option<Answer>,
     ) {
         let breaker = breakers.get(&provider.id);
         let permit = match breaker {
@@ -838,38 +938,41 @@ impl Engine {
         };
         let prepared =
             upstream::prepare(provider.api, dest, &provider.base_url, key.as_deref(), req);
-        let obs = upstream::send(&self.http, prepared, provider.timeout()).await;
-        let (outcome, status, message, value) = match obs {
-            Observation::Transport(t, detail) => {
-                let (class, reason) = failure::classify_transport(t);
-                (
-                    Classified::Failure {
-                        class,
-                        reason: reason.into(),
-                    },
-                    None,
-                    format!("{reason}: {detail}"),
-                    None,
-                )
-            }
-            Observation::Answer {
-                status,
-                headers,
-                body,
-            } => {
-                let o = failure::classify(provider.api, status, &headers, &body);
-                match o {
-                    Classified::Success => {
-                        let v: Option<Value> = serde_json::from_str(&body).ok();
-                        (o, Some(status), String::new(), v)
+        let (outcome, status, message, answer) = if req.stream {
+            match upstream::open_stream(&self.http, prepared, provider.timeout()).await {
+                upstream::Opened::Complete(obs) => observe(provider.api, obs, false),
+                upstream::Opened::Streaming { status, body, .. } => {
+                    match stream::first_content(provider.api, dest, body, provider.timeout()).await
+                    {
+                        stream::Start::Content(live) => (
+                            Classified::Success,
+                            Some(status),
+                            String::new(),
+                            Some(Answer::Stream(live)),
+                        ),
+                        stream::Start::Failed {
+                            class,
+                            reason,
+                            message,
+                        } => (
+                            Classified::Failure {
+                                class,
+                                reason: reason.into(),
+                            },
+                            Some(status),
+                            message,
+                            None,
+                        ),
                     }
-                    Classified::Failure { .. } => (o, Some(status), upstream_message(&body), None),
                 }
             }
+        } else {
+            let obs = upstream::send(&self.http, prepared, provider.timeout()).await;
+            observe(provider.api, obs, true)
         };
         if let Some(b) = breaker {
             b.record(outcome.class(), breakers.now_ms());
         }
-        (outcome, status, message, key, value)
+        (outcome, status, message, key, answer)
     }
 }

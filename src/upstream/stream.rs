@@ -1,0 +1,295 @@
+//! Streamed answers: an incremental SSE decoder, and one translator per API that turns
+//! upstream events into OpenAI `chat.completion.chunk`s while keeping the usage and
+//! finish reason the ledger needs.
+
+use serde_json::{Value, json};
+
+use super::Usage;
+use crate::policy::plan::{Api, Destination};
+
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// Splits a byte stream into events, whatever the chunk boundaries.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    buf: Vec<u8>,
+}
+
+/// Longest event purser buffers; an upstream that never ends an event is cut off.
+const MAX_EVENT: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+#[error("an upstream stream event exceeded {MAX_EVENT} bytes")]
+pub struct EventTooLarge;
+
+impl SseDecoder {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        loop {
+            let end = find_blank_line(&self.buf);
+            let Some((at, sep)) = end else { break };
+            let block: Vec<u8> = self.buf.drain(..at + sep).collect();
+            if let Some(e) = parse_block(&block[..at]) {
+                out.push(e);
+            }
+        }
+        if self.buf.len() > MAX_EVENT {
+            return Err(EventTooLarge);
+        }
+        Ok(out)
+    }
+
+    /// What is left when the stream ends (an event without its blank line).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let rest = std::mem::take(&mut self.buf);
+        parse_block(&rest)
+    }
+}
+
+/// Position and length of the first blank line (`\n\n` or `\r\n\r\n`).
+fn find_blank_line(b: &[u8]) -> Option<(usize, usize)> {
+    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
+    match (lf, crlf) {
+        (Some(a), Some(c)) => Some(if a.0 <= c.0 { a } else { c }),
+        (a, c) => a.or(c),
+    }
+}
+
+fn parse_block(block: &[u8]) -> Option<SseEvent> {
+    let text = String::from_utf8_lossy(block);
+    let mut event = None;
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if let Some(e) = line.strip_prefix("event:") {
+            event = Some(e.trim().to_string());
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    (!data.is_empty()).then(|| SseEvent {
+        event,
+        data: data.join("\n"),
+    })
+}
+
+/// Upstream events in, OpenAI chunks out, for one attempt.
+pub struct ChunkTranslator {
+    api: Api,
+    id: String,
+    model: String,
+    created: i64,
+    usage: Usage,
+    finish: Option<String>,
+    role_sent: bool,
+    /// The upstream said it is done (`[DONE]`, `message_stop`).
+    ended: bool,
+}
+
+impl ChunkTranslator {
+    pub fn new(api: Api, dest: &Destination) -> ChunkTranslator {
+        ChunkTranslator {
+            api,
+            id: format!("chatcmpl-{}", ulid::Ulid::generate()),
+            model: dest.model.to_string(),
+            created: time::OffsetDateTime::now_utc().unix_timestamp(),
+            usage: Usage::default(),
+            finish: None,
+            role_sent: false,
+            ended: false,
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// The answer is complete: an explicit end marker, or a finish reason seen.
+    pub fn complete(&self) -> bool {
+        self.ended || self.finish.is_some()
+    }
+
+    pub fn saw_end_marker(&self) -> bool {
+        self.ended
+    }
+
+    fn chunk(&mut self, delta: Value, finish: Option<&str>) -> Value {
+        let mut delta = delta;
+        if !self.role_sent {
+            delta["role"] = json!("assistant");
+            self.role_sent = true;
+        }
+        json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    }
+
+    /// Translate one upstream event; `None` data means the event was not JSON.
+    pub fn event(&mut self, e: &SseEvent) -> Vec<Value> {
+        if e.data.trim() == "[DONE]" {
+            self.ended = true;
+            return vec![];
+        }
+        let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
+            return vec![];
+        };
+        match self.api {
+            Api::Openai => self.openai(v),
+            Api::Anthropic => self.anthropic(e.event.as_deref(), &v),
+            Api::Gemini => self.gemini(&v),
+        }
+    }
+
+    fn openai(&mut self, mut v: Value) -> Vec<Value> {
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            self.usage = Usage::at(u, "/prompt_tokens", "/completion_tokens");
+        }
+        let choices = v.get("choices").and_then(Value::as_array);
+        if choices.is_none_or(|c| c.is_empty()) {
+            // The usage-only chunk: re-emitted last by `finish`, with the cost.
+            return vec![];
+        }
+        if let Some(f) = v
+            .pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str)
+        {
+            self.finish = Some(f.to_string());
+        }
+        // OpenAI's own chunk shape: passed through, under the name the client asked for.
+        v["model"] = json!(self.model);
+        if let Some(o) = v.as_object_mut() {
+            o.remove("usage");
+        }
+        self.role_sent = true;
+        vec![v]
+    }
+
+    fn anthropic(&mut self, name: Option<&str>, v: &Value) -> Vec<Value> {
+        let ty = v.get("type").and_then(Value::as_str).or(name);
+        match ty {
+            Some("message_start") => {
+                self.usage.prompt_tokens = v
+                    .pointer("/message/usage/input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                if let Some(id) = v.pointer("/message/id").and_then(Value::as_str) {
+                    self.id = format!("chatcmpl-{id}");
+                }
+                vec![]
+            }
+            Some("content_block_start") => {
+                match v.pointer("/content_block/type").and_then(Value::as_str) {
+                    Some("tool_use") => {
+                        let idx = v.get("index").cloned().unwrap_or(json!(0));
+                        let call = json!([{"index": idx, "id": v.pointer("/content_block/id"), "type": "function",
+                                "function": {"name": v.pointer("/content_block/name"), "arguments": ""}}]);
+                        vec![self.chunk(json!({"tool_calls": call}), None)]
+                    }
+                    _ => vec![],
+                }
+            }
+            Some("content_block_delta") => {
+                if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
+                    return vec![self.chunk(json!({"content": t}), None)];
+                }
+                if let Some(j) = v.pointer("/delta/partial_json").and_then(Value::as_str) {
+                    let idx = v.get("index").cloned().unwrap_or(json!(0));
+                    return vec![self.chunk(
+                        json!({"tool_calls": [{"index": idx, "function": {"arguments": j}}]}),
+                        None,
+                    )];
+                }
+                vec![]
+            }
+            Some("message_delta") => {
+                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    self.usage.completion_tokens = n;
+                }
+                let finish = match v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    Some("max_tokens") => "length",
+                    Some("tool_use") => "tool_calls",
+                    _ => "stop",
+                };
+                self.finish = Some(finish.to_string());
+                vec![self.chunk(json!({}), Some(finish))]
+            }
+            Some("message_stop") => {
+                self.ended = true;
+                vec![]
+            }
+            _ => vec![],
+        }
+    }
+
+    fn gemini(&mut self, v: &Value) -> Vec<Value> {
+        if v.get("usageMetadata").is_some() {
+            self.usage = Usage::at(
+                v,
+                "/usageMetadata/promptTokenCount",
+                "/usageMetadata/candidatesTokenCount",
+            );
+        }
+        let mut out = Vec::new();
+        let text: String = v
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        if !text.is_empty() {
+            out.push(self.chunk(json!({"content": text}), None));
+        }
+        if let Some(f) = v
+            .pointer("/candidates/0/finishReason")
+            .and_then(Value::as_str)
+        {
+            let finish = match f {
+                "MAX_TOKENS" => "length",
+                "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION" => {
+                    "content_filter"
+                }
+                _ => "stop",
+            };
+            self.finish = Some(finish.to_string());
+            out.push(self.chunk(json!({}), Some(finish)));
+        }
+        out
+    }
+
+    /// The closing usage chunk (OpenAI's `stream_options.include_usage` shape), with
+    /// the exact cost purser recorded.
+    pub fn usage_chunk(&self, cost: &str) -> Value {
+        let u = self.usage;
+        json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+               "choices": [],
+               "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                         "total_tokens": u.prompt_tokens + u.completion_tokens},
+               "purser_cost": cost})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_survive_any_chunking() {
+        let raw = b"event: message_start\r\ndata: {\"a\":1}\r\n\r\ndata: x\ndata: y\n\n: comment\n\ndata: [DONE]\n\n";
+        for split in 1..raw.len() {
+            let mut d = SseDecoder::default();
+            let mut got = d.push(&raw[..split]).unwrap();
+            got.extend(d.push(&raw[split..]).unwrap());
+            assert_eq!(got.len(), 3, "split at {split}");
+            assert_eq!(got[0].event.as_deref(), Some("message_start"));
+            assert_eq!(got[1].data, "x\ny");
+            assert_eq!(got[2].data, "[DONE]");
+        }
+    }
+}
