@@ -302,6 +302,10 @@ fn sse_response(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> R
         (events.into_iter(), 0usize),
         move |(mut it, i)| async move {
             if cut_after == Some(i) && i <= total {
+                // Let what was sent reach the client first: the cut comes after it.
+                if i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 return Some((
                     Err(std::io::Error::other("simulated cut")),
                     (it, usize::MAX),
