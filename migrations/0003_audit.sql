@@ -7,6 +7,14 @@
 ALTER TABLE requests ADD COLUMN ledger_seq INTEGER;
 UPDATE requests SET ledger_seq = rowid;
 CREATE UNIQUE INDEX requests_by_seq ON requests (ledger_seq);
+-- Every index is written on each request, so only those that earn their place stay:
+-- listing pages by ledger_seq (time filters are checked on the way), and recovery and
+-- settlement read in-flight rows with a scan once at start rather than maintain an
+-- index that every attempt inserts into and deletes from.
+DROP INDEX requests_by_time;
+DROP INDEX attempts_in_flight;
+DROP INDEX reservations_held;
+
 -- A policy's newest requests, in paging order.
 DROP INDEX requests_by_policy;
 CREATE INDEX requests_by_policy ON requests (policy, ledger_seq);

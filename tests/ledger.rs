@@ -319,3 +319,62 @@ async fn concurrent_admissions_never_pass_the_cap() {
     assert_eq!(day.spent, "0.005");
     assert_eq!(day.reserved, "0.98");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failing_operation_does_not_spoil_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = Ledger::open(&dir.path().join("g.db"), Options::default()).unwrap();
+    let l = Arc::new(l);
+    l.admit(req("ok", "0.1"), vec![]).await.unwrap();
+    l.begin_attempt(attempt("ok", 1000)).await.unwrap();
+    // Many valid operations in flight together with invalid ones (a duplicate attempt,
+    // an unknown request): they share group commits.
+    let mut tasks = vec![];
+    for seq in 1..=60u32 {
+        let one = l.clone();
+        tasks.push(tokio::spawn(async move {
+            (seq, one.begin_attempt(attempt("ok", seq)).await)
+        }));
+        if seq % 20 == 0 {
+            let dup = l.clone();
+            tasks.push(tokio::spawn(async move {
+                (0, dup.begin_attempt(attempt("ok", 1000)).await) // duplicate key
+            }));
+            let missing = l.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = missing
+                    .finish_request(RequestResult {
+                        request_id: "missing".into(),
+                        outcome: Outcome::Served,
+                        error_code: None,
+                        served_by: None,
+                        cost: m("0"),
+                        charged: m("0"),
+                    })
+                    .await;
+                (u32::MAX, r)
+            }));
+        }
+    }
+    let mut failed = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            (0 | u32::MAX, r) => {
+                assert!(r.is_err());
+                failed += 1;
+            }
+            (seq, r) => assert!(r.is_ok(), "attempt {seq}: {r:?}"),
+        }
+    }
+    assert_eq!(failed, 6);
+    let n: i64 = l
+        .reader()
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM attempts WHERE request_id = 'ok'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 61, "every valid attempt is recorded exactly once");
+}

@@ -510,7 +510,21 @@ impl Engine {
                 limit: b.limit,
             })
             .collect();
-        match self.ledger.admit(new_request, budgets).await {
+        // The first attempt is written with the admission: one commit, not two.
+        let first = NewAttempt {
+            request_id: request_id.clone(),
+            seq: 1,
+            provider: selected.primary.provider.to_string(),
+            upstream_model: selected.primary.upstream_model.clone(),
+            jurisdiction: selected.primary.jurisdiction.to_string(),
+            started_at: self.clock.wall(),
+            worst_case: selected.worst_case,
+        };
+        match self
+            .ledger
+            .admit_with_attempt(new_request, budgets, first)
+            .await
+        {
             Ok(()) => {}
             Err(e @ LedgerError::BudgetExhausted { .. }) => {
                 return Err(with_id(GatewayError::BudgetExhausted(e.to_string())));
@@ -631,18 +645,20 @@ impl Engine {
                     "plan lost a provider".into(),
                 ));
             };
-            self.ledger
-                .begin_attempt(NewAttempt {
-                    request_id: request_id.to_string(),
-                    seq,
-                    provider: dest.provider.to_string(),
-                    upstream_model: dest.upstream_model.clone(),
-                    jurisdiction: dest.jurisdiction.to_string(),
-                    started_at: self.clock.wall(),
-                    worst_case: worst,
-                })
-                .await
-                .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+            if seq > 1 {
+                self.ledger
+                    .begin_attempt(NewAttempt {
+                        request_id: request_id.to_string(),
+                        seq,
+                        provider: dest.provider.to_string(),
+                        upstream_model: dest.upstream_model.clone(),
+                        jurisdiction: dest.jurisdiction.to_string(),
+                        started_at: self.clock.wall(),
+                        worst_case: worst,
+                    })
+                    .await
+                    .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+            }
             let sent = std::time::Instant::now();
             let (outcome, status, message, key, answer) = self
                 .attempt(provider, &dest, req, breakers, force_circuit_open)
@@ -723,18 +739,15 @@ impl Engine {
                     usage_out,
                     cost,
                     None,
-                )
-                .await?;
-                self.ledger
-                    .finish_request(finish(
+                    Some(finish(
                         ledger::Outcome::Served,
                         Some(dest.provider.to_string()),
                         None,
                         billed,
                         charged,
-                    ))
-                    .await
-                    .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+                    )),
+                )
+                .await?;
                 return Ok(Served {
                     request_id: request_id.to_string(),
                     policy: policy.id.to_string(),
@@ -779,6 +792,13 @@ impl Engine {
                     already_retried: retried,
                 },
             );
+            // Refuse and stop end the request: recorded with its last attempt.
+            let closing = match decision.action {
+                Action::Refuse => Some(ledger::Outcome::Refused),
+                Action::Stop => Some(ledger::Outcome::Failed),
+                Action::RetrySame | Action::FailOver => None,
+            }
+            .map(|outcome| finish(outcome, None, Some(class.as_str().into()), billed, charged));
             self.record(
                 request_id,
                 seq,
@@ -791,6 +811,7 @@ impl Engine {
                 None,
                 Money::ZERO,
                 Some(msg.clone()),
+                closing,
             )
             .await?;
             earlier_billing = earlier_billing.max(billing);
@@ -815,22 +836,6 @@ impl Engine {
                     if decision.action == Action::Refuse {
                         self.metrics.refusal(class.as_str());
                     }
-                    let outcome = match decision.action {
-                        Action::Refuse => ledger::Outcome::Refused,
-                        Action::Stop | Action::RetrySame | Action::FailOver => {
-                            ledger::Outcome::Failed
-                        }
-                    };
-                    self.ledger
-                        .finish_request(finish(
-                            outcome,
-                            None,
-                            Some(class.as_str().into()),
-                            billed,
-                            charged,
-                        ))
-                        .await
-                        .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
                     let summary = reports
                         .iter()
                         .map(|r| format!("{} → {}", r.provider, r.class))
@@ -872,24 +877,27 @@ impl Engine {
         output_tokens: Option<u64>,
         cost: Money,
         message: Option<String>,
+        closing: Option<RequestResult>,
     ) -> Result<(), GatewayError> {
-        self.ledger
-            .finish_attempt(AttemptResult {
-                request_id: request_id.to_string(),
-                seq,
-                finished_at: self.clock.wall(),
-                status,
-                class: class.to_string(),
-                billing,
-                decision: decision.to_string(),
-                reason: reason.to_string(),
-                input_tokens,
-                output_tokens,
-                cost,
-                message,
-            })
-            .await
-            .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
+        let a = AttemptResult {
+            request_id: request_id.to_string(),
+            seq,
+            finished_at: self.clock.wall(),
+            status,
+            class: class.to_string(),
+            billing,
+            decision: decision.to_string(),
+            reason: reason.to_string(),
+            input_tokens,
+            output_tokens,
+            cost,
+            message,
+        };
+        match closing {
+            Some(r) => self.ledger.finish(a, r).await,
+            None => self.ledger.finish_attempt(a).await,
+        }
+        .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
     }
 
     /// One attempt: breaker, credential, call, classification.

@@ -423,9 +423,10 @@ impl Tail {
             } else {
                 cost
             };
-        let recorded = async {
-            e.ledger
-                .finish_attempt(AttemptResult {
+        let recorded = e
+            .ledger
+            .finish(
+                AttemptResult {
                     request_id: self.request_id.clone(),
                     seq: self.seq,
                     finished_at: e.clock.wall(),
@@ -438,20 +439,17 @@ impl Tail {
                     output_tokens: tokens(usage.completion_tokens),
                     cost,
                     message: message.clone(),
-                })
-                .await?;
-            e.ledger
-                .finish_request(RequestResult {
+                },
+                RequestResult {
                     request_id: self.request_id.clone(),
                     outcome,
                     error_code: code.clone(),
                     served_by: class.is_none().then(|| provider.to_string()),
                     cost: billed,
                     charged,
-                })
-                .await
-        }
-        .await;
+                },
+            )
+            .await;
         if let Err(err) = &recorded {
             // The client already has its answer; the row stays in flight and becomes
             // interrupted / maybe_billed at the next start.

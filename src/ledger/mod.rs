@@ -267,8 +267,14 @@ pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), Led
 pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // The writer cycles through more distinct statements than rusqlite's default cache
+    // of 16 holds; re-preparing them on every operation cost more than running them.
+    conn.set_prepared_statement_cache_capacity(128);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Savepoints keep a statement journal per operation; in memory it costs no file
+    // writes (the WAL carries durability, not the journal of a savepoint).
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.pragma_update(
         None,
         "synchronous",
@@ -338,7 +344,32 @@ impl Ledger {
         req: NewRequest,
         budgets: Vec<BudgetLimit>,
     ) -> Result<(), LedgerError> {
-        self.call(Op::Admit { req, budgets }).await
+        self.call(Op::Admit {
+            req,
+            budgets,
+            first: None,
+        })
+        .await
+    }
+
+    /// `admit`, and the first attempt written `in_flight` in the same commit.
+    pub async fn admit_with_attempt(
+        &self,
+        req: NewRequest,
+        budgets: Vec<BudgetLimit>,
+        first: NewAttempt,
+    ) -> Result<(), LedgerError> {
+        self.call(Op::Admit {
+            req,
+            budgets,
+            first: Some(first),
+        })
+        .await
+    }
+
+    /// Complete the last attempt and its request in one commit.
+    pub async fn finish(&self, a: AttemptResult, r: RequestResult) -> Result<(), LedgerError> {
+        self.call(Op::Finish(a, r)).await
     }
 
     /// Record a request refused before any attempt (ceiling, destination, model).

@@ -1,5 +1,5 @@
-//! The writer thread: applies operations in groups, one transaction per group, one
-//! savepoint per operation so a refused admission does not undo its neighbours.
+//! The writer thread: applies operations in groups, one transaction per group; a
+//! group spoiled by one failing operation is redone one operation per transaction.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use tokio::sync::{mpsc, oneshot};
@@ -18,6 +18,8 @@ pub enum Op {
     Admit {
         req: NewRequest,
         budgets: Vec<BudgetLimit>,
+        /// The first attempt, written with the admission (one commit instead of two).
+        first: Option<NewAttempt>,
     },
     Refusal {
         req: NewRequest,
@@ -26,6 +28,8 @@ pub enum Op {
     BeginAttempt(NewAttempt),
     FinishAttempt(AttemptResult),
     FinishRequest(RequestResult),
+    /// The last attempt and its request, completed together.
+    Finish(AttemptResult, RequestResult),
     Settle {
         request_id: String,
         cost: Money,
@@ -54,40 +58,60 @@ pub fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Envelope>) {
     }
 }
 
+/// One transaction for the whole group. An operation that fails for any reason other
+/// than a refused budget spoils the group: it is rolled back and every operation is
+/// then applied in its own transaction, so each caller learns its own fate and no
+/// operation is ever half-applied. (Per-operation savepoints gave the same guarantee
+/// at a cost on every operation; failures are rare, so the group pays only then.)
 fn apply_group(conn: &mut Connection, group: &[Envelope]) -> Vec<Result<(), LedgerError>> {
+    match try_group(conn, group) {
+        Some(results) => results,
+        None => group.iter().map(|env| apply_alone(conn, &env.op)).collect(),
+    }
+}
+
+/// `None` when an operation failed and the group was rolled back.
+fn try_group(conn: &mut Connection, group: &[Envelope]) -> Option<Vec<Result<(), LedgerError>>> {
     let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
-            return group
-                .iter()
-                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
-                .collect();
+            return Some(
+                group
+                    .iter()
+                    .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
+                    .collect(),
+            );
         }
     };
     let mut results = Vec::with_capacity(group.len());
     for env in group {
-        if tx.is_autocommit() {
-            // SQLite rolled the transaction back (disk full, I/O error): running the
-            // rest would commit each on its own, outside the group.
-            results.push(Err(LedgerError::Corrupt(
-                "the group's transaction was rolled back by SQLite".into(),
-            )));
-            continue;
+        match apply_op(&tx, &env.op) {
+            r @ (Ok(()) | Err(LedgerError::BudgetExhausted { .. })) => results.push(r),
+            Err(_) => return None, // dropping `tx` rolls the group back
         }
-        results.push(apply_one(&tx, &env.op));
     }
     match tx.commit() {
-        Ok(()) => results,
+        Ok(()) => Some(results),
         // Nothing in the group is durable: every caller is told, and fails closed.
-        Err(e) => results
-            .into_iter()
-            .map(|r| match r {
-                Err(LedgerError::BudgetExhausted { .. }) | Ok(()) => {
-                    Err(LedgerError::Sqlite(clone_err(&e)))
-                }
-                Err(other) => Err(other),
-            })
-            .collect(),
+        Err(e) => Some(
+            results
+                .into_iter()
+                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
+                .collect(),
+        ),
+    }
+}
+
+fn apply_alone(conn: &mut Connection, op: &Op) -> Result<(), LedgerError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let r = apply_op(&tx, op);
+    match r {
+        // A refused budget is recorded (the refused request row says why).
+        Ok(()) | Err(LedgerError::BudgetExhausted { .. }) => {
+            tx.commit()?;
+            r
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -98,36 +122,23 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
     }
 }
 
-fn apply_one(tx: &Transaction<'_>, op: &Op) -> Result<(), LedgerError> {
-    // A single statement is atomic on its own; only multi-statement operations need a
-    // savepoint to undo their partial writes.
+fn apply_op(tx: &Transaction<'_>, op: &Op) -> Result<(), LedgerError> {
     match op {
-        Op::BeginAttempt(a) => return begin_attempt(tx, a),
-        Op::FinishAttempt(r) => return finish_attempt(tx, r),
-        Op::Admit { .. } | Op::Refusal { .. } | Op::FinishRequest(_) | Op::Settle { .. } => {}
-    }
-    tx.execute_batch("SAVEPOINT op")?;
-    let r = match op {
-        Op::Admit { req, budgets } => admit(tx, req, budgets),
+        Op::Admit {
+            req,
+            budgets,
+            first,
+        } => admit(tx, req, budgets).and_then(|()| match first {
+            Some(a) => begin_attempt(tx, a),
+            None => Ok(()),
+        }),
         Op::Refusal { req, error_code } => insert_request(tx, req, "refused", Some(error_code)),
         Op::BeginAttempt(a) => begin_attempt(tx, a),
         Op::FinishAttempt(r) => finish_attempt(tx, r),
         Op::FinishRequest(r) => finish_request(tx, r),
+        Op::Finish(a, r) => finish_attempt(tx, a).and_then(|()| finish_request(tx, r)),
         Op::Settle { request_id, cost } => settle(tx, request_id, *cost),
-    };
-    match &r {
-        Ok(()) => tx.execute_batch("RELEASE op")?,
-        Err(LedgerError::BudgetExhausted { .. }) => {
-            // Keep the refusal on record: the request row says why it was refused.
-            tx.execute_batch("RELEASE op")?;
-        }
-        // After SQLITE_FULL or an I/O error SQLite has already rolled the whole
-        // transaction back; the original error is the one worth reporting.
-        Err(_) => {
-            let _ = tx.execute_batch("ROLLBACK TO op; RELEASE op");
-        }
     }
-    r
 }
 
 fn insert_request(
