@@ -107,6 +107,13 @@ pub enum Command {
         #[arg(long, default_value = "purser.db")]
         db: PathBuf,
     },
+    /// Copy the ledger consistently while the gateway runs (SQLite online backup).
+    Backup {
+        #[arg(long, default_value = "purser.db")]
+        db: PathBuf,
+        /// The new file to write (never overwritten).
+        dest: PathBuf,
+    },
     /// Read the ledger as the audit API does: requests, spend or budgets.
     Audit(AuditArgs),
     /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
@@ -230,6 +237,16 @@ pub fn run(cli: Cli) -> ExitCode {
             max_tokens,
         } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
         Command::Audit(args) => audit::audit(&args),
+        Command::Backup { db, dest } => match crate::ledger::backup_file(&db, &dest) {
+            Ok(()) => {
+                println!("backed up {} to {}", db.display(), dest.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_INVALID)
+            }
+        },
         Command::Settle {
             request_id,
             cost,

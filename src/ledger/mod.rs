@@ -263,6 +263,28 @@ pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), Led
     Ok(())
 }
 
+/// A consistent copy of the ledger at `path` into a new file `dest`, taken with
+/// SQLite's online backup in small steps so a running gateway keeps writing.
+pub fn backup_file(path: &Path, dest: &Path) -> Result<(), LedgerError> {
+    if !path.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} does not exist",
+            path.display()
+        )));
+    }
+    if dest.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} already exists; purser backup never overwrites a file",
+            dest.display()
+        )));
+    }
+    let src = read::open_reader(path)?;
+    let mut dst = Connection::open(dest)?;
+    let backup = rusqlite::backup::Backup::new(&src, &mut dst)?;
+    backup.run_to_completion(256, std::time::Duration::from_millis(5), None)?;
+    Ok(())
+}
+
 /// Open a connection with purser's settings and functions.
 pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
     let conn = Connection::open(path)?;
