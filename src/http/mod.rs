@@ -82,12 +82,16 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
-    match engine.ledger.reader() {
-        Ok(_) => (
-            StatusCode::OK,
-            format!("ready: plan {}", engine.plan().id()),
+    let plan_id = engine.plan().id().to_string();
+    if !engine.ledger.writable() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the ledger could not write its last group (plan {plan_id})"),
         )
-            .into_response(),
+            .into_response();
+    }
+    match engine.ledger.reader() {
+        Ok(_) => (StatusCode::OK, format!("ready: plan {plan_id}")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
     }
 }

@@ -13,6 +13,8 @@ pub mod read;
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rusqlite::Connection;
 use rusqlite::functions::{Aggregate, Context, FunctionFlags};
@@ -176,6 +178,7 @@ pub struct RequestResult {
 pub struct Ledger {
     tx: mpsc::UnboundedSender<writer::Envelope>,
     path: PathBuf,
+    writable: Arc<AtomicBool>,
 }
 
 /// UTC window start of `period` containing `t`, as RFC 3339.
@@ -332,9 +335,11 @@ impl Ledger {
         migrate::migrate_to(&mut conn, migrate::latest())?;
         let recovered = writer::recover(&mut conn)?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let writable = Arc::new(AtomicBool::new(true));
+        let flag = writable.clone();
         std::thread::Builder::new()
             .name("purser-ledger".into())
-            .spawn(move || writer::run(conn, rx))
+            .spawn(move || writer::run(conn, rx, flag))
             .map_err(|e| {
                 LedgerError::Corrupt(format!("cannot start the ledger writer thread: {e}"))
             })?;
@@ -342,6 +347,7 @@ impl Ledger {
             Ledger {
                 tx,
                 path: path.to_path_buf(),
+                writable,
             },
             recovered,
         ))
@@ -349,6 +355,11 @@ impl Ledger {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the last write group could write (readiness); true before any write.
+    pub fn writable(&self) -> bool {
+        self.writable.load(Ordering::Relaxed) && !self.tx.is_closed()
     }
 
     async fn call(&self, op: Op) -> Result<(), LedgerError> {

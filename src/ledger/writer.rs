@@ -41,7 +41,12 @@ pub struct Envelope {
     pub reply: oneshot::Sender<Result<(), LedgerError>>,
 }
 
-pub fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+/// `writable` tells readiness whether the last group could write at all.
+pub fn run(
+    mut conn: Connection,
+    mut rx: mpsc::UnboundedReceiver<Envelope>,
+    writable: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = rx.blocking_recv() {
         group.push(first);
@@ -52,6 +57,12 @@ pub fn run(mut conn: Connection, mut rx: mpsc::UnboundedReceiver<Envelope>) {
             }
         }
         let results = apply_group(&mut conn, &group);
+        // Refusals of the operation itself (a budget, an unknown id) say nothing about
+        // the disk; an SQLite failure of every operation does.
+        let wrote = results
+            .iter()
+            .any(|r| !matches!(r, Err(LedgerError::Sqlite(_) | LedgerError::RolledBack)));
+        writable.store(wrote, std::sync::atomic::Ordering::Relaxed);
         for (env, res) in group.drain(..).zip(results) {
             let _ = env.reply.send(res);
         }
