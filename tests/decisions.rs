@@ -1,0 +1,266 @@
+//! The DESIGN 5 rows that `tests/gateway.rs` does not already cover, over real HTTP
+//! against the simulated providers: every refusal class, every provider-side class
+//! failing over, the same-upstream alternate skipped, the alternate over the ceiling,
+//! and the alternate failing too. Each checks what the client got, the calls each
+//! provider received, and the ledger rows.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+mod common;
+
+use common::{Gateway, provider, sha};
+use purser::ledger::read::RequestRow;
+use purser::sim::Script;
+
+const SOFT: &str = "key-dec-soft";
+const HARD: &str = "key-dec-hard";
+
+/// primary `a` (cheapest), alternate `b`; `same` is the same upstream as `a`; `pricey`
+/// is an alternate no hard request fits.
+async fn gateway() -> Gateway {
+    common::start(|sim| {
+        let same = provider(sim, "same", "openai", "us", &[("m", "0.20", "0.80")])
+            .replace(&sim.base_url("same", "openai"), &sim.base_url("a", "openai"));
+        vec![
+            provider(sim, "a", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(sim, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            provider(sim, "c", "gemini", "us", &[("m", "0.30", "1.50")]),
+            same,
+            provider(sim, "pricey", "anthropic", "us", &[("m", "500", "500")]),
+            format!(
+                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
+                sha(SOFT)
+            ),
+            format!(
+                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: pricey/m\n",
+                sha(HARD)
+            ),
+            format!(
+                "kind: policy\nid: twin\nclients:\n  - {{ id: t, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: same/m\n",
+                sha("key-dec-twin")
+            ),
+        ]
+    })
+    .await
+}
+
+fn row(g: &Gateway, id: &str) -> RequestRow {
+    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
+    purser::ledger::read::request(&conn, id).unwrap().unwrap()
+}
+
+fn trail(r: &RequestRow) -> Vec<(String, String, String)> {
+    r.attempts
+        .iter()
+        .map(|a| {
+            (
+                a.provider.clone(),
+                a.class.clone().unwrap_or_default(),
+                a.decision.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn t(p: &str, c: &str, d: &str) -> (String, String, String) {
+    (p.into(), c.into(), d.into())
+}
+
+#[tokio::test]
+async fn every_request_side_class_is_refused_without_a_second_call() {
+    let g = gateway().await;
+    for (class, status, body) in [
+        (
+            "model_not_found",
+            404,
+            r#"{"error":{"message":"The model `m` does not exist or you do not have access to it.","type":"invalid_request_error","code":"model_not_found"}}"#,
+        ),
+        (
+            "context_length",
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        ),
+        (
+            "malformed",
+            422,
+            r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error"}}"#,
+        ),
+        (
+            "auth",
+            401,
+            r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        ),
+    ] {
+        g.sim.reset();
+        g.sim.script("a", vec![Script::Status(status, body.into())]);
+        let (got, id, v) = g.chat(SOFT, "m").await;
+        assert_eq!(got, status, "{class}: {v}");
+        assert_eq!(v["error"]["code"], class);
+        assert_eq!(v["error"]["provider"], "a");
+        assert_eq!(v["error"]["attempts"].as_array().unwrap().len(), 1);
+        assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 0), "{class}");
+        let r = row(&g, &id.unwrap());
+        assert_eq!(trail(&r), [t("a", class, "refuse")], "{class}");
+        assert_eq!(r.outcome, "refused");
+    }
+}
+
+#[tokio::test]
+async fn every_provider_side_class_fails_over_once_under_soft() {
+    let g = gateway().await;
+    for (class, script) in [
+        (
+            "overloaded",
+            Script::Status(
+                503,
+                r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#.into(),
+            ),
+        ),
+        (
+            "server_error",
+            Script::Status(
+                500,
+                r#"{"error":{"message":"internal error","type":"server_error"}}"#.into(),
+            ),
+        ),
+        ("dropped", Script::Drop),
+        ("timeout", Script::Delay(1_000)),
+        (
+            "unclassified",
+            Script::Status(200, "<html>not json</html>".into()),
+        ),
+    ] {
+        g.sim.reset();
+        g.sim.script("a", vec![script]);
+        let (got, id, v) = g.chat(SOFT, "m").await;
+        assert_eq!(got, 200, "{class}: {v}");
+        assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 1), "{class}");
+        let r = row(&g, &id.unwrap());
+        assert_eq!(
+            trail(&r),
+            [t("a", class, "failover"), t("b", "success", "served")],
+            "{class}"
+        );
+        assert_eq!(r.served_by.as_deref(), Some("b"));
+    }
+}
+
+#[tokio::test]
+async fn the_alternate_failing_too_stops_with_both_attempts_named() {
+    let g = gateway().await;
+    let overloaded = || {
+        Script::Status(
+            503,
+            r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#.into(),
+        )
+    };
+    g.sim.script("a", vec![overloaded()]);
+    g.sim.script(
+        "b",
+        vec![Script::Status(
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
+        )],
+    );
+    let (got, id, v) = g.chat(SOFT, "m").await;
+    assert_eq!(got, 503, "{v}");
+    let attempts: Vec<(&str, &str)> = v["error"]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["provider"].as_str().unwrap(),
+                a["class"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(attempts, [("a", "overloaded"), ("b", "overloaded")]);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2 attempt(s)")
+    );
+    assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 1));
+    let r = row(&g, &id.unwrap());
+    assert_eq!(
+        trail(&r),
+        [
+            t("a", "overloaded", "failover"),
+            t("b", "overloaded", "stop")
+        ]
+    );
+    assert_eq!(r.outcome, "failed");
+}
+
+#[tokio::test]
+async fn an_alternate_on_the_same_upstream_is_skipped() {
+    let g = gateway().await;
+    g.sim.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    let (got, id, v) = g.chat("key-dec-twin", "m").await;
+    assert_eq!(got, 429, "{v}");
+    assert_eq!(
+        g.sim.calls("a"),
+        1,
+        "the twin would have hit the same upstream: no call"
+    );
+    let r = row(&g, &id.unwrap());
+    assert_eq!(trail(&r), [t("a", "rate_limited", "stop")]);
+    assert!(
+        r.attempts[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("same upstream")
+    );
+}
+
+#[tokio::test]
+async fn an_alternate_over_the_ceiling_is_not_called() {
+    let g = gateway().await;
+    g.sim.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    let (got, id, v) = g.chat(HARD, "m").await;
+    assert_eq!(got, 429, "{v}");
+    assert_eq!((g.sim.calls("a"), g.sim.calls("pricey")), (1, 0));
+    let r = row(&g, &id.unwrap());
+    assert_eq!(trail(&r), [t("a", "rate_limited", "stop")]);
+    assert!(
+        r.attempts[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("does not fit the ceiling")
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_fails_over_and_is_not_billed() {
+    let g = common::start(|sim| {
+        let dead = provider(sim, "dead", "openai", "us", &[("m", "0.10", "0.40")])
+            .replace(&sim.base_url("dead", "openai"), "http://127.0.0.1:9/v1");
+        vec![
+            dead,
+            provider(sim, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            format!(
+                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
+                sha(HARD)
+            ),
+        ]
+    })
+    .await;
+    let (got, id, v) = g.chat(HARD, "m").await;
+    assert_eq!(got, 200, "{v}");
+    let r = row(&g, &id.unwrap());
+    assert_eq!(
+        trail(&r),
+        [
+            t("dead", "connect", "failover"),
+            t("b", "success", "served")
+        ]
+    );
+    assert_eq!(
+        r.attempts[0].billing, "not_billed",
+        "nothing was sent: even hard may fail over"
+    );
+}
