@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{provider, sha};
@@ -16,23 +16,6 @@ use purser::money::Money;
 use purser::sim::{Script, Sim};
 
 const KEY: &str = "key-crash";
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 async fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -81,30 +64,9 @@ async fn killing_the_gateway_mid_call_leaves_an_interrupted_maybe_billed_row() {
     )
     .unwrap();
     let db = dir.path().join("ledger.db");
-    let port = free_port();
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_purser"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .arg("--db")
-            .arg(&db)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = common::serve_child(&config, &db, &[], &[], false).await;
     let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    let mut up = false;
-    for _ in 0..500 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(up, "purser serve did not start");
+    let base = child.base();
 
     let call = tokio::spawn({
         let client = client.clone();
@@ -125,8 +87,8 @@ async fn killing_the_gateway_mid_call_leaves_an_interrupted_maybe_billed_row() {
         "the attempt is recorded in flight before the call"
     );
 
-    child.0.kill().unwrap(); // SIGKILL: no shutdown path runs
-    child.0.wait().unwrap();
+    child.child.kill().unwrap(); // SIGKILL: no shutdown path runs
+    child.child.wait().unwrap();
     assert!(
         call.await.unwrap().is_err(),
         "the client saw the connection die"

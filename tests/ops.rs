@@ -7,8 +7,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use common::{provider, sha};
 use purser::metrics::nanos;
@@ -208,35 +207,20 @@ async fn logs_never_contain_a_key() {
             .join("---\n"),
         )
         .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_purser"))
-            .args(["serve", "--log-format", format, "--config"])
-            .arg(&config)
-            .arg("--db")
-            .arg(dir.path().join("l.db"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("PURSER_TEST_PROVIDER_KEY", PROVIDER_KEY)
-            .env("PURSER_ADMIN_TOKEN", "admin-SECRET-7777")
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut served = common::serve_child(
+            &config,
+            &dir.path().join("l.db"),
+            &["--log-format", format],
+            &[
+                ("PURSER_TEST_PROVIDER_KEY", PROVIDER_KEY),
+                ("PURSER_ADMIN_TOKEN", "admin-SECRET-7777"),
+                ("RUST_LOG", "debug"),
+            ],
+            true,
+        )
+        .await;
         let client = reqwest::Client::new();
-        let base = format!("http://127.0.0.1:{port}");
-        let mut up = false;
-        for _ in 0..500 {
-            if client.get(format!("{base}/healthz")).send().await.is_ok() {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(up);
+        let base = served.base();
         let chat = |key: &'static str| {
             let client = client.clone();
             let url = format!("{base}/v1/chat/completions");
@@ -265,11 +249,12 @@ async fn logs_never_contain_a_key() {
             .unwrap();
         assert_eq!(r.status(), 200);
         let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args(["-TERM", &served.child.id().to_string()])
             .status();
-        let _ = child.wait();
+        let _ = served.child.wait();
         let mut logs = String::new();
-        child
+        served
+            .child
             .stderr
             .take()
             .unwrap()

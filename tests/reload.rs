@@ -149,22 +149,15 @@ async fn sighup_reloads_a_running_server() {
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
     write_set(&config, policy_set(&sim, "0.05"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .arg("--db")
-        .arg(dir.path().join("l.db"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("PURSER_ADMIN_TOKEN", ADMIN)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let served = common::serve_child(
+        &config,
+        &dir.path().join("l.db"),
+        &[],
+        &[("PURSER_ADMIN_TOKEN", ADMIN)],
+        false,
+    )
+    .await;
+    let port = served.port;
     let client = reqwest::Client::new();
     let plan_id = || {
         let client = client.clone();
@@ -199,12 +192,12 @@ async fn sighup_reloads_a_running_server() {
     };
     // A broken set on SIGHUP: still serving the first plan.
     std::fs::write(config.join("broken.yaml"), "kind: policy\nid: [\n").unwrap();
-    hup(child.id());
+    hup(served.child.id());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(plan_id().await.as_deref(), Some(first.as_str()));
     std::fs::remove_file(config.join("broken.yaml")).unwrap();
     write_set(&config, policy_set(&sim, "0.07"));
-    hup(child.id());
+    hup(served.child.id());
     let mut changed = false;
     for _ in 0..250 {
         if plan_id().await.is_some_and(|id| id != first) {
@@ -213,7 +206,5 @@ async fn sighup_reloads_a_running_server() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(changed, "SIGHUP did not swap the plan");
 }

@@ -150,3 +150,73 @@ impl Gateway {
         serde_json::from_str(&body).unwrap()
     }
 }
+
+/// A `purser serve` child process on a free loopback port; killed when dropped.
+pub struct ServeChild {
+    pub child: std::process::Child,
+    pub port: u16,
+}
+
+impl ServeChild {
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `purser serve` on `config` and `db` with `extra` arguments and `env`, and wait
+/// until it answers `/healthz`. Its stderr is piped when `capture_stderr`.
+pub async fn serve_child(
+    config: &std::path::Path,
+    db: &std::path::Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+    capture_stderr: bool,
+) -> ServeChild {
+    use std::process::{Command, Stdio};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_purser"));
+    cmd.arg("serve")
+        .args(extra)
+        .arg("--config")
+        .arg(config)
+        .arg("--db")
+        .arg(db)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(if capture_stderr {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let served = ServeChild {
+        child: cmd.spawn().unwrap(),
+        port,
+    };
+    let client = reqwest::Client::new();
+    for _ in 0..500 {
+        if client
+            .get(format!("{}/healthz", served.base()))
+            .send()
+            .await
+            .is_ok()
+        {
+            return served;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("purser serve did not start");
+}
