@@ -85,6 +85,10 @@ pub enum Command {
         listen: std::net::SocketAddr,
         #[arg(long, value_enum, default_value = "pretty")]
         log_format: LogFormat,
+        /// After SIGTERM, how long in-flight requests may take to finish before exit
+        /// (rows still in flight then are recovered as interrupted at the next start).
+        #[arg(long, default_value_t = 30)]
+        shutdown_grace_s: u64,
     },
     /// Run the whole mechanism offline against simulated providers and print what happened.
     Demo {
@@ -258,9 +262,15 @@ pub fn run(cli: Cli) -> ExitCode {
             db,
             listen,
             log_format,
+            shutdown_grace_s,
         } => {
             init_logging(log_format);
-            runtime(serve::serve(&config, &db, listen))
+            runtime(serve::serve(
+                &config,
+                &db,
+                listen,
+                std::time::Duration::from_secs(shutdown_grace_s),
+            ))
         }
         Command::Demo { once, listen, db } => runtime(demo::demo(once, listen, db)),
     }

@@ -2,6 +2,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::EXIT_INVALID;
 use super::check::compile_or_report;
@@ -11,7 +12,7 @@ use crate::http;
 use crate::ledger::{Ledger, Options};
 use crate::reload::Reloader;
 
-pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
+pub async fn serve(config: &Path, db: &Path, listen: SocketAddr, grace: Duration) -> ExitCode {
     let Some(plan) = compile_or_report(config) else {
         return ExitCode::from(EXIT_INVALID);
     };
@@ -62,15 +63,33 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr) -> ExitCode {
         },
     );
     // SIGTERM / Ctrl-C: stop accepting, let in-flight requests finish (their ledger
-    // rows complete), then exit.
-    let res = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
-    match res {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: server stopped: {e}");
-            ExitCode::FAILURE
+    // rows complete), then exit; a stream that outlives the grace period is cut and its
+    // row is recovered as interrupted at the next start.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new connections; finishing requests in flight");
+        let _ = stop.send(true);
+    });
+    let signalled = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signalled(stopped.clone()));
+    let deadline = async {
+        signalled(stopped).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        res = server => match res {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: server stopped: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        () = deadline => {
+            tracing::warn!(grace_s = grace.as_secs(), "requests still in flight after the grace period; their rows are recovered at the next start");
+            ExitCode::SUCCESS
         }
     }
 }
