@@ -424,3 +424,25 @@ async fn an_online_backup_is_consistent_while_the_writer_runs() {
         "an existing file is never overwritten"
     );
 }
+
+#[tokio::test]
+async fn a_changed_budget_limit_is_recorded_on_the_next_admission() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = Ledger::open(&dir.path().join("b.db"), Options::default()).unwrap();
+    let day = |limit: &str| {
+        vec![BudgetLimit {
+            period: Period::Day,
+            limit: m(limit),
+        }]
+    };
+    l.admit(req("r1", "0.5"), day("1")).await.unwrap();
+    // The plan raised the cap: admission checks the new limit and stores it.
+    l.admit(req("r2", "0.9"), day("2")).await.unwrap();
+    let b = &ledger::read::budgets(&l.reader().unwrap()).unwrap()[0];
+    assert_eq!((b.limit.as_str(), b.reserved.as_str()), ("2", "1.4"));
+    // And a lowered cap refuses what no longer fits.
+    match l.admit(req("r3", "0.2"), day("1.5")).await {
+        Err(LedgerError::BudgetExhausted { .. }) => {}
+        other => panic!("admitted over a lowered cap: {other:?}"),
+    }
+}

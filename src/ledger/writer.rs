@@ -198,6 +198,32 @@ fn window(
     Ok((money_col(spent)?, money_col(reserved)?))
 }
 
+/// The window's spent and reserved, creating the window on its first request and
+/// recording the limit only when the plan changed it (most admissions write nothing
+/// here).
+fn open_window(
+    tx: &Transaction<'_>,
+    policy: &str,
+    b: &BudgetLimit,
+    start: &str,
+) -> Result<(Money, Money), LedgerError> {
+    let period = b.period.as_str();
+    let stored: Option<(String, String, String)> = tx
+        .prepare_cached("SELECT spent, reserved, limit_amount FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+        .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    let Some((spent, reserved, limit)) = stored else {
+        tx.prepare_cached("INSERT INTO budget_windows (policy, period, window_start, limit_amount) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![policy, period, start, b.limit.to_string()])?;
+        return Ok((Money::ZERO, Money::ZERO));
+    };
+    if money_col(limit)? != b.limit {
+        tx.prepare_cached("UPDATE budget_windows SET limit_amount = ?4 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .execute(params![policy, period, start, b.limit.to_string()])?;
+    }
+    Ok((money_col(spent)?, money_col(reserved)?))
+}
+
 fn set_window(
     tx: &Transaction<'_>,
     policy: &str,
@@ -219,12 +245,7 @@ fn admit(
     let mut windows = Vec::with_capacity(budgets.len());
     for b in budgets {
         let start = window_start(b.period, req.received_at);
-        tx.prepare_cached(
-            "INSERT INTO budget_windows (policy, period, window_start, limit_amount) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (policy, period, window_start) DO UPDATE SET limit_amount = excluded.limit_amount",
-        )?
-        .execute(params![req.policy, b.period.as_str(), start, b.limit.to_string()])?;
-        let (spent, reserved) = window(tx, &req.policy, b.period.as_str(), &start)?;
+        let (spent, reserved) = open_window(tx, &req.policy, b, &start)?;
         if spent + reserved + req.worst_case > b.limit {
             insert_request(tx, req, "refused", Some("budget_exhausted"))?;
             return Err(LedgerError::BudgetExhausted {
