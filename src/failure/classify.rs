@@ -427,13 +427,35 @@ fn classify_error_body(v: &Value) -> Outcome {
 
 /// Classify a complete upstream answer. `headers` are (name, value) pairs.
 pub fn classify(api: Api, status: u16, headers: &[(String, String)], body: &str) -> Outcome {
-    let sse = is_sse(headers, body);
-    let json: Option<Value> = if sse {
+    classify_answer(api, status, headers, body).0
+}
+
+/// `classify`, also handing back the body parsed as JSON (when it is JSON, not a
+/// stream) so a successful answer is not parsed twice.
+pub fn classify_answer(
+    api: Api,
+    status: u16,
+    headers: &[(String, String)],
+    body: &str,
+) -> (Outcome, Option<Value>) {
+    let json: Option<Value> = if is_sse(headers, body) {
         None
     } else {
         serde_json::from_str(body).ok()
     };
-    let fields = json.as_ref().map(error_fields).unwrap_or_default();
+    let outcome = classify_parsed(api, status, headers, body, json.as_ref());
+    (outcome, json)
+}
+
+fn classify_parsed(
+    api: Api,
+    status: u16,
+    headers: &[(String, String)],
+    body: &str,
+    json: Option<&Value>,
+) -> Outcome {
+    let sse = is_sse(headers, body);
+    let fields = json.map(error_fields).unwrap_or_default();
     // An explicit content-policy marker wins over any status (DESIGN 4).
     if fields.is_content_policy() {
         return Outcome::fail(
@@ -441,7 +463,7 @@ pub fn classify(api: Api, status: u16, headers: &[(String, String)], body: &str)
             format!("HTTP {status} with an explicit content-policy marker"),
         );
     }
-    if let Some(v) = &json
+    if let Some(v) = json
         && let Some(r) = gemini_block(v)
         && !(200..300).contains(&status)
     {
@@ -451,7 +473,7 @@ pub fn classify(api: Api, status: u16, headers: &[(String, String)], body: &str)
     match status {
         200..=299 if sse => classify_sse(api, body),
         200..=299 => match json {
-            Some(v) => classify_success_json(api, &v),
+            Some(v) => classify_success_json(api, v),
             None => Outcome::fail(
                 FailureClass::Unclassified,
                 format!("HTTP {status} with a body that is not JSON"),

@@ -52,11 +52,11 @@ fn observe(
             headers,
             body,
         } => {
-            let o = failure::classify(api, status, &headers, &body);
+            let (o, json) = failure::classify_answer(api, status, &headers, &body);
             match o {
                 Classified::Success => {
                     let v = if keep_body {
-                        serde_json::from_str(&body).ok().map(Answer::Complete)
+                        json.map(Answer::Complete)
                     } else {
                         None
                     };
@@ -710,7 +710,7 @@ impl Engine {
             );
             let (cost, usage_in, usage_out, served_body) = match (&outcome, answer) {
                 (Classified::Success, Some(v)) => {
-                    let (translated, usage) = upstream::translate(provider.api, &dest, &v);
+                    let (translated, usage) = upstream::translate(provider.api, &dest, v);
                     (
                         dest.cost(usage.prompt_tokens, usage.completion_tokens),
                         Some(usage.prompt_tokens),

@@ -206,7 +206,7 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
             message: upstream_message(text),
         }),
         failure::Outcome::Success => {
-            let (answer, _) = upstream::translate(api, dest, &v);
+            let (answer, _) = upstream::translate(api, dest, v);
             let delta = answer
                 .pointer("/choices/0/message")
                 .cloned()

@@ -84,11 +84,11 @@ pub fn prepare(
 }
 
 /// Translate a successful answer to the OpenAI chat.completion shape, with usage.
-pub fn translate(api: Api, dest: &Destination, body: &Value) -> (Value, Usage) {
+pub fn translate(api: Api, dest: &Destination, body: Value) -> (Value, Usage) {
     match api {
         Api::Openai => openai::translate(body),
-        Api::Anthropic => anthropic::translate(dest, body),
-        Api::Gemini => gemini::translate(dest, body),
+        Api::Anthropic => anthropic::translate(dest, &body),
+        Api::Gemini => gemini::translate(dest, &body),
     }
 }
 
@@ -369,7 +369,7 @@ mod tests {
         let (v, u) = translate(
             Api::Anthropic,
             &dest(Api::Anthropic),
-            &json!({"id": "msg_1", "content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 5, "output_tokens": 2}}),
+            json!({"id": "msg_1", "content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 5, "output_tokens": 2}}),
         );
         assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 2));
         assert_eq!(v["choices"][0]["message"]["content"], "ok");
@@ -393,7 +393,7 @@ mod tests {
         let (v, u) = translate(
             Api::Gemini,
             &dest(Api::Gemini),
-            &json!({"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}}),
+            json!({"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}}),
         );
         assert_eq!((u.prompt_tokens, u.completion_tokens), (3, 4));
         assert_eq!(v["choices"][0]["message"]["content"], "ab");

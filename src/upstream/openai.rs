@@ -42,7 +42,8 @@ pub fn prepare(
     }
 }
 
-pub fn translate(body: &Value) -> (Value, Usage) {
-    let usage = Usage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens");
-    (body.clone(), usage)
+/// Already the OpenAI shape: handed back as it is, with its usage read.
+pub fn translate(body: Value) -> (Value, Usage) {
+    let usage = Usage::at(&body, "/usage/prompt_tokens", "/usage/completion_tokens");
+    (body, usage)
 }
