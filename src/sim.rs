@@ -336,14 +336,26 @@ fn model_of(body: &Value) -> String {
         .to_string()
 }
 
+/// Whether a JSON request body asks for a stream.
+fn wants_stream(body: &Value) -> bool {
+    body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+}
+
 async fn openai(
     State(sim): State<Sim>,
     Path(provider): Path<String>,
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    answer(sim, Api::Openai, provider, headers, model_of(&body), stream).await
+    answer(
+        sim,
+        Api::Openai,
+        provider,
+        headers,
+        model_of(&body),
+        wants_stream(&body),
+    )
+    .await
 }
 
 async fn anthropic(
@@ -352,7 +364,7 @@ async fn anthropic(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = wants_stream(&body);
     answer(
         sim,
         Api::Anthropic,

@@ -395,17 +395,13 @@ pub fn each_attempt(
             client: r.get(3)?,
             model: r.get(4)?,
             plan_id: r.get(5)?,
-            attempt: attempt_at(r, 6)?,
+            attempt: super::read::attempt_from_row(r, 6)?,
         };
         if !each(line) {
             break;
         }
     }
     Ok(())
-}
-
-fn attempt_at(r: &Row<'_>, base: usize) -> rusqlite::Result<AttemptRow> {
-    super::read::attempt_from_row(r, base)
 }
 
 /// A period budget's current state.
