@@ -42,15 +42,20 @@ fn body(model: &str) -> Value {
     json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "hello"}]})
 }
 
-/// Status, request id, and the SSE data payloads in order.
-async fn stream(g: &Gateway, key: &str, model: &str) -> (u16, String, Vec<String>) {
-    let r = reqwest::Client::new()
+/// POST a streaming request; the response as it starts.
+async fn send(g: &Gateway, key: &str, model: &str) -> reqwest::Response {
+    reqwest::Client::new()
         .post(g.url("/v1/chat/completions"))
         .bearer_auth(key)
         .json(&body(model))
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Status, request id, and the SSE data payloads in order.
+async fn stream(g: &Gateway, key: &str, model: &str) -> (u16, String, Vec<String>) {
+    let r = send(g, key, model).await;
     let status = r.status().as_u16();
     let id = r
         .headers()
@@ -189,13 +194,7 @@ async fn an_error_event_before_content_fails_over_like_a_plain_error() {
 async fn a_cut_before_content_is_dropped_and_hard_does_not_fail_over() {
     let g = gateway().await;
     g.sim.script("oa", vec![Script::StreamCut(0)]);
-    let r = reqwest::Client::new()
-        .post(g.url("/v1/chat/completions"))
-        .bearer_auth(HARD)
-        .json(&body("m"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(&g, HARD, "m").await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "dropped");
@@ -271,13 +270,7 @@ async fn a_failure_after_content_ends_the_stream_with_an_error_event() {
 async fn a_blocked_stream_is_a_refusal_not_a_failover() {
     let g = gateway().await;
     g.sim.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#.into())]);
-    let r = reqwest::Client::new()
-        .post(g.url("/v1/chat/completions"))
-        .bearer_auth(SOFT)
-        .json(&body("m"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(&g, SOFT, "m").await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "content_refusal");
@@ -294,13 +287,7 @@ async fn a_blocked_stream_is_a_refusal_not_a_failover() {
 async fn a_client_that_disconnects_mid_stream_is_recorded() {
     let g = gateway().await;
     g.sim.script("oa", vec![Script::StreamSlow(400)]);
-    let r = reqwest::Client::new()
-        .post(g.url("/v1/chat/completions"))
-        .bearer_auth(SOFT)
-        .json(&body("m"))
-        .send()
-        .await
-        .unwrap();
+    let r = send(&g, SOFT, "m").await;
     let id = r
         .headers()
         .get("x-purser-request-id")
