@@ -1,8 +1,9 @@
 //! The ledger: the only module that speaks SQL. Every attempt is written before its
 //! upstream call and completed after; budgets are reserved and settled atomically.
 //!
-//! One dedicated writer thread owns the write connection and commits in groups: many
-//! concurrent requests share one transaction and each waits for its own commit.
+//! One write connection commits in groups: many concurrent requests share one
+//! transaction and each waits for its own commit. The group is committed by one of
+//! its callers, on the caller's thread, so a request costs no thread hand-off.
 //! Readers (audit, demo) open their own connections. The engine sees only `Ledger`'s
 //! methods, so another backend (PostgreSQL for several replicas) can replace SQLite
 //! behind them.
@@ -14,12 +15,11 @@ mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use rusqlite::Connection;
 use rusqlite::functions::{Aggregate, Context, FunctionFlags};
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 pub use migrate::{MIGRATIONS, latest as latest_version, migrate_to};
 pub use writer::Op;
@@ -176,9 +176,18 @@ pub struct RequestResult {
 /// Handle to the ledger; cheap to clone.
 #[derive(Clone)]
 pub struct Ledger {
-    tx: mpsc::UnboundedSender<writer::Envelope>,
+    writer: Arc<writer::Writer>,
     path: PathBuf,
-    writable: Arc<AtomicBool>,
+}
+
+/// Commits whatever is queued when dropped, so an operation whose caller went away
+/// (a cancelled request) is still written.
+struct FlushOnDrop<'a>(&'a writer::Writer);
+
+impl Drop for FlushOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.flush();
+    }
 }
 
 /// UTC window start of `period` containing `t`, as RFC 3339.
@@ -329,25 +338,15 @@ pub struct Recovered {
 
 impl Ledger {
     /// Open (creating or migrating) the ledger at `path`, recover rows a previous
-    /// process left in flight, and start the writer thread.
+    /// process left in flight.
     pub fn open(path: &Path, opts: Options) -> Result<(Ledger, Recovered), LedgerError> {
         let mut conn = connect(path, &opts)?;
         migrate::migrate_to(&mut conn, migrate::latest())?;
         let recovered = writer::recover(&mut conn)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let writable = Arc::new(AtomicBool::new(true));
-        let flag = writable.clone();
-        std::thread::Builder::new()
-            .name("purser-ledger".into())
-            .spawn(move || writer::run(conn, rx, flag))
-            .map_err(|e| {
-                LedgerError::Corrupt(format!("cannot start the ledger writer thread: {e}"))
-            })?;
         Ok((
             Ledger {
-                tx,
+                writer: Arc::new(writer::Writer::new(conn)),
                 path: path.to_path_buf(),
-                writable,
             },
             recovered,
         ))
@@ -359,14 +358,17 @@ impl Ledger {
 
     /// Whether the last write group could write (readiness); true before any write.
     pub fn writable(&self) -> bool {
-        self.writable.load(Ordering::Relaxed) && !self.tx.is_closed()
+        self.writer.writable()
     }
 
+    /// Queue the operation, let the other tasks that are ready now queue theirs, then
+    /// commit the lot (or leave it to the caller already committing).
     async fn call(&self, op: Op) -> Result<(), LedgerError> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(writer::Envelope { op, reply })
-            .map_err(|_| LedgerError::WriterGone)?;
+        self.writer.enqueue(writer::Envelope { op, reply });
+        let flush = FlushOnDrop(&self.writer);
+        tokio::task::yield_now().await;
+        drop(flush);
         rx.await.map_err(|_| LedgerError::WriterGone)?
     }
 

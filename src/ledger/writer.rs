@@ -1,8 +1,11 @@
-//! The writer thread: applies operations in groups, one transaction per group; a
-//! group spoiled by one failing operation is redone one operation per transaction.
+//! The writer: applies operations in groups, one transaction per group; a group
+//! spoiled by one failing operation is redone one operation per transaction.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, TryLockError};
+
+use tokio::sync::oneshot;
 
 use super::{
     AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Recovered, RequestResult,
@@ -41,32 +44,85 @@ pub struct Envelope {
     pub reply: oneshot::Sender<Result<(), LedgerError>>,
 }
 
-/// `writable` tells readiness whether the last group could write at all.
-pub fn run(
-    mut conn: Connection,
-    mut rx: mpsc::UnboundedReceiver<Envelope>,
-    writable: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = rx.blocking_recv() {
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(e) => group.push(e),
-                Err(_) => break,
+/// The write connection and the operations waiting for it. There is no writer
+/// thread: whichever caller finds the connection free commits everything queued so
+/// far as one group, on its own thread. A request thus costs no thread hand-off, and
+/// concurrent requests still share commits (see `Ledger::call`).
+pub struct Writer {
+    queue: Mutex<Vec<Envelope>>,
+    conn: Mutex<Connection>,
+    /// Whether the last group could write at all (readiness).
+    writable: AtomicBool,
+}
+
+impl Writer {
+    pub fn new(conn: Connection) -> Self {
+        Writer {
+            queue: Mutex::new(Vec::new()),
+            conn: Mutex::new(conn),
+            writable: AtomicBool::new(true),
+        }
+    }
+
+    pub fn writable(&self) -> bool {
+        self.writable.load(Ordering::Relaxed)
+    }
+
+    pub fn enqueue(&self, env: Envelope) {
+        lock(&self.queue).push(env);
+    }
+
+    /// Commit every queued operation, in groups of at most `MAX_GROUP`. Returns at
+    /// once when another thread holds the connection: that thread looks at the queue
+    /// again after releasing it, so nothing queued is left behind.
+    pub fn flush(&self) {
+        loop {
+            {
+                let mut conn = match self.conn.try_lock() {
+                    Ok(c) => c,
+                    // A panic mid-group dropped its transaction, which rolled back:
+                    // the connection itself is sound.
+                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(TryLockError::WouldBlock) => return,
+                };
+                loop {
+                    let group: Vec<Envelope> = {
+                        let mut q = lock(&self.queue);
+                        let n = q.len().min(MAX_GROUP);
+                        q.drain(..n).collect()
+                    };
+                    if group.is_empty() {
+                        break;
+                    }
+                    self.commit(&mut conn, group);
+                }
+            }
+            // An operation queued after the last drain, whose caller found the
+            // connection taken, is ours to commit.
+            if lock(&self.queue).is_empty() {
+                return;
             }
         }
-        let results = apply_group(&mut conn, &group);
+    }
+
+    fn commit(&self, conn: &mut Connection, group: Vec<Envelope>) {
+        let results = apply_group(conn, &group);
         // Refusals of the operation itself (a budget, an unknown id) say nothing about
         // the disk; an SQLite failure of every operation does.
         let wrote = results
             .iter()
             .any(|r| !matches!(r, Err(LedgerError::Sqlite(_) | LedgerError::RolledBack)));
-        writable.store(wrote, std::sync::atomic::Ordering::Relaxed);
-        for (env, res) in group.drain(..).zip(results) {
+        self.writable.store(wrote, Ordering::Relaxed);
+        for (env, res) in group.into_iter().zip(results) {
             let _ = env.reply.send(res);
         }
     }
+}
+
+/// The queue's lock is held only to push or drain, never across a panic point that
+/// matters: a poisoned queue is still a valid queue.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One transaction for the whole group. An operation that fails for any reason other
