@@ -446,3 +446,32 @@ async fn a_changed_budget_limit_is_recorded_on_the_next_admission() {
         other => panic!("admitted over a lowered cap: {other:?}"),
     }
 }
+
+/// The writer keeps budget windows in memory between commits; a settlement written by
+/// another process (`purser settle`) must be seen by the next admission, not
+/// overwritten by the stale copy.
+#[tokio::test]
+async fn a_settlement_from_another_process_is_seen_by_the_running_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let day = || {
+        vec![BudgetLimit {
+            period: Period::Day,
+            limit: m("10"),
+        }]
+    };
+    {
+        let (l, _) = Ledger::open(&path, Options::default()).unwrap();
+        l.admit(req("r1", "4"), day()).await.unwrap();
+        // The process dies with r1 in flight.
+    }
+    let (l, _) = Ledger::open(&path, Options::default()).unwrap();
+    // r1's 4 counts as spent; r2 reserves 4 more: 8 of 10.
+    l.admit(req("r2", "4"), day()).await.unwrap();
+    // An operator settles r1 at 0 from another process.
+    ledger::settle_file(&path, "r1", Money::ZERO).unwrap();
+    // 0 spent + 4 reserved + 4 fits; the stale copy (4 + 4 + 4 = 12) would refuse it.
+    l.admit(req("r3", "4"), day()).await.unwrap();
+    let b = &ledger::read::budgets(&l.reader().unwrap()).unwrap()[0];
+    assert_eq!((b.spent.as_str(), b.reserved.as_str()), ("0", "8"));
+}

@@ -180,13 +180,15 @@ pub struct Ledger {
     path: PathBuf,
 }
 
-/// Commits whatever is queued when dropped, so an operation whose caller went away
-/// (a cancelled request) is still written.
-struct FlushOnDrop<'a>(&'a writer::Writer);
+/// Commits whatever is queued if dropped while armed, so an operation whose caller
+/// went away (a cancelled request) is still written.
+struct FlushOnDrop<'a>(Option<&'a writer::Writer>);
 
 impl Drop for FlushOnDrop<'_> {
     fn drop(&mut self) {
-        self.0.flush();
+        if let Some(w) = self.0 {
+            w.flush();
+        }
     }
 }
 
@@ -270,7 +272,9 @@ pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), Led
         )));
     }
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    writer::settle(&tx, request_id, cost)?;
+    let mut books = writer::Books::default();
+    writer::settle(&tx, &mut books, request_id, cost)?;
+    books.write(&tx)?;
     tx.commit()?;
     Ok(())
 }
@@ -361,14 +365,22 @@ impl Ledger {
         self.writer.writable()
     }
 
-    /// Queue the operation, let the other tasks that are ready now queue theirs, then
-    /// commit the lot (or leave it to the caller already committing).
+    /// Queue the operation and let the other tasks that are ready now queue theirs.
+    /// Then, unless another caller has committed it meanwhile, commit the queue (or
+    /// leave it to the caller already committing on another thread).
     async fn call(&self, op: Op) -> Result<(), LedgerError> {
-        let (reply, rx) = oneshot::channel();
+        let (reply, mut rx) = oneshot::channel();
         self.writer.enqueue(writer::Envelope { op, reply });
-        let flush = FlushOnDrop(&self.writer);
+        let mut cancelled = FlushOnDrop(Some(&self.writer));
         tokio::task::yield_now().await;
-        drop(flush);
+        cancelled.0 = None;
+        match rx.try_recv() {
+            Ok(done) => return done,
+            // Committing ours now would cut short the group that others are still
+            // queueing into; a caller whose operation is already done does not.
+            Err(oneshot::error::TryRecvError::Empty) => self.writer.flush(),
+            Err(oneshot::error::TryRecvError::Closed) => return Err(LedgerError::WriterGone),
+        }
         rx.await.map_err(|_| LedgerError::WriterGone)?
     }
 

@@ -2,6 +2,7 @@
 //! spoiled by one failing operation is redone one operation per transaction.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, TryLockError};
 
@@ -50,7 +51,7 @@ pub struct Envelope {
 /// concurrent requests still share commits (see `Ledger::call`).
 pub struct Writer {
     queue: Mutex<Vec<Envelope>>,
-    conn: Mutex<Connection>,
+    conn: Mutex<(Connection, Books)>,
     /// Whether the last group could write at all (readiness).
     writable: AtomicBool,
 }
@@ -59,7 +60,7 @@ impl Writer {
     pub fn new(conn: Connection) -> Self {
         Writer {
             queue: Mutex::new(Vec::new()),
-            conn: Mutex::new(conn),
+            conn: Mutex::new((conn, Books::default())),
             writable: AtomicBool::new(true),
         }
     }
@@ -85,6 +86,7 @@ impl Writer {
                     Err(TryLockError::Poisoned(p)) => p.into_inner(),
                     Err(TryLockError::WouldBlock) => return,
                 };
+                let (conn, books) = &mut *conn;
                 loop {
                     let group: Vec<Envelope> = {
                         let mut q = lock(&self.queue);
@@ -94,7 +96,7 @@ impl Writer {
                     if group.is_empty() {
                         break;
                     }
-                    self.commit(&mut conn, group);
+                    self.commit(conn, books, group);
                 }
             }
             // An operation queued after the last drain, whose caller found the
@@ -105,8 +107,8 @@ impl Writer {
         }
     }
 
-    fn commit(&self, conn: &mut Connection, group: Vec<Envelope>) {
-        let results = apply_group(conn, &group);
+    fn commit(&self, conn: &mut Connection, books: &mut Books, group: Vec<Envelope>) {
+        let results = apply_group(conn, books, &group);
         // Refusals of the operation itself (a budget, an unknown id) say nothing about
         // the disk; an SQLite failure of every operation does.
         let wrote = results
@@ -130,55 +132,182 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// then applied in its own transaction, so each caller learns its own fate and no
 /// operation is ever half-applied. (Per-operation savepoints gave the same guarantee
 /// at a cost on every operation; failures are rare, so the group pays only then.)
-fn apply_group(conn: &mut Connection, group: &[Envelope]) -> Vec<Result<(), LedgerError>> {
-    match try_group(conn, group) {
+fn apply_group(
+    conn: &mut Connection,
+    books: &mut Books,
+    group: &[Envelope],
+) -> Vec<Result<(), LedgerError>> {
+    match try_group(conn, books, group) {
         Some(results) => results,
-        None => group.iter().map(|env| apply_alone(conn, &env.op)).collect(),
+        None => group
+            .iter()
+            .map(|env| apply_alone(conn, books, &env.op))
+            .collect(),
     }
 }
 
 /// `None` when an operation failed and the group was rolled back.
-fn try_group(conn: &mut Connection, group: &[Envelope]) -> Option<Vec<Result<(), LedgerError>>> {
+fn try_group(
+    conn: &mut Connection,
+    books: &mut Books,
+    group: &[Envelope],
+) -> Option<Vec<Result<(), LedgerError>>> {
+    let failed = |e: &rusqlite::Error| {
+        group
+            .iter()
+            .map(|_| Err(LedgerError::Sqlite(clone_err(e))))
+            .collect()
+    };
     let tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(e) => {
-            return Some(
-                group
-                    .iter()
-                    .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
-                    .collect(),
-            );
-        }
+        Err(e) => return Some(failed(&e)),
     };
+    if let Err(e) = books.check(&tx) {
+        return Some(failed(&e));
+    }
     let mut results = Vec::with_capacity(group.len());
     for env in group {
-        match apply_op(&tx, &env.op) {
+        match apply_op(&tx, books, &env.op) {
             r @ (Ok(()) | Err(LedgerError::BudgetExhausted { .. })) => results.push(r),
-            Err(_) => return None, // dropping `tx` rolls the group back
+            Err(_) => {
+                books.forget();
+                return None; // dropping `tx` rolls the group back
+            }
         }
     }
-    match tx.commit() {
+    match books.write(&tx).and_then(|()| tx.commit()) {
         Ok(()) => Some(results),
         // Nothing in the group is durable: every caller is told, and fails closed.
-        Err(e) => Some(
-            results
-                .into_iter()
-                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
-                .collect(),
-        ),
+        Err(e) => {
+            books.forget();
+            Some(failed(&e))
+        }
     }
 }
 
-fn apply_alone(conn: &mut Connection, op: &Op) -> Result<(), LedgerError> {
+fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let r = apply_op(&tx, op);
-    match r {
-        // A refused budget is recorded (the refused request row says why).
-        Ok(()) | Err(LedgerError::BudgetExhausted { .. }) => {
-            tx.commit()?;
-            r
+    books.check(&tx)?;
+    let r = apply_op(&tx, books, op);
+    // A refused budget is recorded (the refused request row says why).
+    let keep = matches!(r, Ok(()) | Err(LedgerError::BudgetExhausted { .. }));
+    let done = if keep {
+        books
+            .write(&tx)
+            .and_then(|()| tx.commit())
+            .map_err(Into::into)
+    } else {
+        Ok(())
+    };
+    if !keep || done.is_err() {
+        books.forget();
+    }
+    done.and(r)
+}
+
+/// Budget windows and held reservations, kept in memory by the one writer so that an
+/// admission and a settlement need not read them back: each window touched by a
+/// group is written once, when the group commits. The copy is dropped whenever it may
+/// be wrong: after a rollback, and when another connection (`purser settle`) has
+/// written to the file since this one last looked.
+#[derive(Default)]
+pub(super) struct Books {
+    windows: HashMap<WindowKey, Window>,
+    /// Reservations held by requests still in flight, as admitted by this writer.
+    held: HashMap<String, Vec<(WindowKey, Money)>>,
+    /// SQLite's `data_version` when the books were last known right.
+    seen: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct WindowKey {
+    policy: String,
+    period: String,
+    start: String,
+}
+
+#[derive(Debug)]
+struct Window {
+    /// `None` while the stored limit is unknown (a window first read to settle).
+    limit: Option<Money>,
+    spent: Money,
+    reserved: Money,
+    dirty: bool,
+}
+
+/// A bound on what the books keep; past it they start over from the file.
+const BOOKS_MAX: usize = 100_000;
+
+impl Books {
+    /// Start of a transaction (the write lock is held): forget everything if another
+    /// connection has committed since.
+    fn check(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        let version: i64 = tx.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+        if self.seen != Some(version)
+            || self.windows.len() > BOOKS_MAX
+            || self.held.len() > BOOKS_MAX
+        {
+            self.forget();
+            self.seen = Some(version);
         }
-        Err(e) => Err(e),
+        Ok(())
+    }
+
+    fn forget(&mut self) {
+        self.windows.clear();
+        self.held.clear();
+        self.seen = None;
+    }
+
+    /// The window, read from the file the first time it is needed.
+    fn window(
+        &mut self,
+        tx: &Transaction<'_>,
+        key: &WindowKey,
+    ) -> Result<&mut Window, LedgerError> {
+        if !self.windows.contains_key(key) {
+            let stored: Option<(String, String, String)> = tx
+                .prepare_cached("SELECT spent, reserved, limit_amount FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+                .query_row(params![key.policy, key.period, key.start], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            let w = match stored {
+                Some((spent, reserved, limit)) => Window {
+                    limit: Some(money_col(limit)?),
+                    spent: money_col(spent)?,
+                    reserved: money_col(reserved)?,
+                    dirty: false,
+                },
+                None => Window {
+                    limit: None,
+                    spent: Money::ZERO,
+                    reserved: Money::ZERO,
+                    dirty: true,
+                },
+            };
+            self.windows.insert(key.clone(), w);
+        }
+        self.windows
+            .get_mut(key)
+            .ok_or_else(|| LedgerError::Corrupt("budget window vanished from memory".into()))
+    }
+
+    /// Write every window changed since the last commit, inside `tx`.
+    pub(super) fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        for (key, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
+            let Some(limit) = w.limit else {
+                // Settled against a window the file never had: nothing to record it under.
+                continue;
+            };
+            tx.prepare_cached(
+                "INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (policy, period, window_start)
+                 DO UPDATE SET limit_amount = excluded.limit_amount, spent = excluded.spent, reserved = excluded.reserved",
+            )?
+            .execute(params![key.policy, key.period, key.start, limit.to_string(), w.spent.to_string(), w.reserved.to_string()])?;
+            w.dirty = false;
+        }
+        Ok(())
     }
 }
 
@@ -189,22 +318,22 @@ fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
     }
 }
 
-fn apply_op(tx: &Transaction<'_>, op: &Op) -> Result<(), LedgerError> {
+fn apply_op(tx: &Transaction<'_>, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
     match op {
         Op::Admit {
             req,
             budgets,
             first,
-        } => admit(tx, req, budgets).and_then(|()| match first {
+        } => admit(tx, books, req, budgets).and_then(|()| match first {
             Some(a) => begin_attempt(tx, a),
             None => Ok(()),
         }),
         Op::Refusal { req, error_code } => insert_request(tx, req, "refused", Some(error_code)),
         Op::BeginAttempt(a) => begin_attempt(tx, a),
         Op::FinishAttempt(r) => finish_attempt(tx, r),
-        Op::FinishRequest(r) => finish_request(tx, r),
-        Op::Finish(a, r) => finish_attempt(tx, a).and_then(|()| finish_request(tx, r)),
-        Op::Settle { request_id, cost } => settle(tx, request_id, *cost),
+        Op::FinishRequest(r) => finish_request(tx, books, r),
+        Op::Finish(a, r) => finish_attempt(tx, a).and_then(|()| finish_request(tx, books, r)),
+        Op::Settle { request_id, cost } => settle(tx, books, request_id, *cost),
     }
 }
 
@@ -241,67 +370,26 @@ fn money_col(s: String) -> Result<Money, LedgerError> {
         .map_err(|_| LedgerError::Corrupt(format!("amount `{s}`")))
 }
 
-/// (spent, reserved) of one budget window.
-fn window(
-    tx: &Transaction<'_>,
-    policy: &str,
-    period: &str,
-    start: &str,
-) -> Result<(Money, Money), LedgerError> {
-    let (spent, reserved): (String, String) = tx
-        .prepare_cached("SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-        .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok((money_col(spent)?, money_col(reserved)?))
-}
-
-/// The window's spent and reserved, creating the window on its first request and
-/// recording the limit only when the plan changed it (most admissions write nothing
-/// here).
-fn open_window(
-    tx: &Transaction<'_>,
-    policy: &str,
-    b: &BudgetLimit,
-    start: &str,
-) -> Result<(Money, Money), LedgerError> {
-    let period = b.period.as_str();
-    let stored: Option<(String, String, String)> = tx
-        .prepare_cached("SELECT spent, reserved, limit_amount FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-        .query_row(params![policy, period, start], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    let Some((spent, reserved, limit)) = stored else {
-        tx.prepare_cached("INSERT INTO budget_windows (policy, period, window_start, limit_amount) VALUES (?1, ?2, ?3, ?4)")?
-            .execute(params![policy, period, start, b.limit.to_string()])?;
-        return Ok((Money::ZERO, Money::ZERO));
-    };
-    if money_col(limit)? != b.limit {
-        tx.prepare_cached("UPDATE budget_windows SET limit_amount = ?4 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .execute(params![policy, period, start, b.limit.to_string()])?;
-    }
-    Ok((money_col(spent)?, money_col(reserved)?))
-}
-
-fn set_window(
-    tx: &Transaction<'_>,
-    policy: &str,
-    period: &str,
-    start: &str,
-    spent: Money,
-    reserved: Money,
-) -> Result<(), LedgerError> {
-    tx.prepare_cached("UPDATE budget_windows SET spent = ?4, reserved = ?5 WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-        .execute(params![policy, period, start, spent.to_string(), reserved.to_string()])?;
-    Ok(())
-}
-
 fn admit(
     tx: &Transaction<'_>,
+    books: &mut Books,
     req: &NewRequest,
     budgets: &[BudgetLimit],
 ) -> Result<(), LedgerError> {
-    let mut windows = Vec::with_capacity(budgets.len());
+    let mut keys = Vec::with_capacity(budgets.len());
     for b in budgets {
-        let start = window_start(b.period, req.received_at);
-        let (spent, reserved) = open_window(tx, &req.policy, b, &start)?;
+        let key = WindowKey {
+            policy: req.policy.clone(),
+            period: b.period.as_str().to_string(),
+            start: window_start(b.period, req.received_at),
+        };
+        let w = books.window(tx, &key)?;
+        // The limit is recorded as the plan has it now (a reload may have changed it).
+        if w.limit != Some(b.limit) {
+            w.limit = Some(b.limit);
+            w.dirty = true;
+        }
+        let (spent, reserved) = (w.spent, w.reserved);
         if spent + reserved + req.worst_case > b.limit {
             insert_request(tx, req, "refused", Some("budget_exhausted"))?;
             return Err(LedgerError::BudgetExhausted {
@@ -314,20 +402,20 @@ fn admit(
                 needed: req.worst_case,
             });
         }
-        windows.push((b.period, start, spent, reserved));
+        keys.push(key);
     }
     insert_request(tx, req, "in_flight", None)?;
-    for (period, start, spent, reserved) in windows {
-        set_window(
-            tx,
-            &req.policy,
-            period.as_str(),
-            &start,
-            spent,
-            reserved + req.worst_case,
-        )?;
+    let mut held = Vec::with_capacity(keys.len());
+    for key in keys {
         tx.prepare_cached("INSERT INTO reservations (request_id, policy, period, window_start, amount, state) VALUES (?1, ?2, ?3, ?4, ?5, 'held')")?
-            .execute(params![req.id, req.policy, period.as_str(), start, req.worst_case.to_string()])?;
+            .execute(params![req.id, key.policy, key.period, key.start, req.worst_case.to_string()])?;
+        let w = books.window(tx, &key)?;
+        w.reserved = w.reserved + req.worst_case;
+        w.dirty = true;
+        held.push((key, req.worst_case));
+    }
+    if !held.is_empty() {
+        books.held.insert(req.id.clone(), held);
     }
     Ok(())
 }
@@ -370,45 +458,70 @@ fn finish_attempt(tx: &Transaction<'_>, r: &AttemptResult) -> Result<(), LedgerE
     Ok(())
 }
 
-/// Replace the request's held reservations with `charged`.
+/// Replace the request's reservations in `states` with `charged`.
 fn release(
     tx: &Transaction<'_>,
+    books: &mut Books,
     request_id: &str,
     charged: Money,
     states: &[&str],
 ) -> Result<(), LedgerError> {
-    let rows: Vec<(String, String, String, String, String)> = tx
-        .prepare_cached("SELECT policy, period, window_start, amount, state FROM reservations WHERE request_id = ?1")?
-        .query_map(params![request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
-        .collect::<Result<_, _>>()?;
-    for (policy, period, start, amount, state) in rows {
-        if !states.contains(&state.as_str()) {
-            continue;
+    let remembered = match states {
+        ["held"] => books.held.remove(request_id),
+        _ => None,
+    };
+    let rows: Vec<(WindowKey, Money, bool)> = match remembered {
+        Some(held) => held
+            .into_iter()
+            .map(|(k, amount)| (k, amount, true))
+            .collect(),
+        None => {
+            let stored: Vec<(String, String, String, String, String)> = tx
+                .prepare_cached("SELECT policy, period, window_start, amount, state FROM reservations WHERE request_id = ?1")?
+                .query_map(params![request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
+                .collect::<Result<_, _>>()?;
+            let mut rows = Vec::with_capacity(stored.len());
+            for (policy, period, start, amount, state) in stored {
+                if states.contains(&state.as_str()) {
+                    let key = WindowKey {
+                        policy,
+                        period,
+                        start,
+                    };
+                    rows.push((key, money_col(amount)?, state == "held"));
+                }
+            }
+            rows
         }
-        let amount = money_col(amount)?;
-        let (mut spent, mut reserved) = window(tx, &policy, &period, &start)?;
-        if state == "held" {
-            reserved = reserved.saturating_sub(amount);
+    };
+    for (key, amount, held) in rows {
+        let w = books.window(tx, &key)?;
+        if held {
+            w.reserved = w.reserved.saturating_sub(amount);
         } else {
             // An interrupted reservation was moved to spent at recovery.
-            spent = spent.saturating_sub(amount);
+            w.spent = w.spent.saturating_sub(amount);
         }
-        spent = spent + charged;
-        set_window(tx, &policy, &period, &start, spent, reserved)?;
+        w.spent = w.spent + charged;
+        w.dirty = true;
         tx.prepare_cached("UPDATE reservations SET state = 'settled', amount = ?3 WHERE request_id = ?1 AND period = ?2")?
-            .execute(params![request_id, period, charged.to_string()])?;
+            .execute(params![request_id, key.period, charged.to_string()])?;
     }
     Ok(())
 }
 
-fn finish_request(tx: &Transaction<'_>, r: &RequestResult) -> Result<(), LedgerError> {
+fn finish_request(
+    tx: &Transaction<'_>,
+    books: &mut Books,
+    r: &RequestResult,
+) -> Result<(), LedgerError> {
     let n = tx
         .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5 WHERE id = ?1")?
         .execute(params![r.request_id, r.outcome.as_str(), r.error_code, r.served_by, r.cost.to_string()])?;
     if n == 0 {
         return Err(LedgerError::UnknownRequest(r.request_id.clone()));
     }
-    release(tx, &r.request_id, r.charged, &["held"])
+    release(tx, books, &r.request_id, r.charged, &["held"])
 }
 
 /// Operator settlement of an interrupted request: `cost` is what its interrupted
@@ -417,6 +530,7 @@ fn finish_request(tx: &Transaction<'_>, r: &RequestResult) -> Result<(), LedgerE
 /// total, and its budget reservations settle to that total.
 pub(super) fn settle(
     tx: &Transaction<'_>,
+    books: &mut Books,
     request_id: &str,
     cost: Money,
 ) -> Result<(), LedgerError> {
@@ -478,13 +592,14 @@ pub(super) fn settle(
         "UPDATE requests SET cost = ?2 WHERE id = ?1",
         params![request_id, total.to_string()],
     )?;
-    release(tx, request_id, total, &["interrupted", "held"])
+    release(tx, books, request_id, total, &["interrupted", "held"])
 }
 
 /// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and
 /// their reservations stay counted (moved to spent) until an operator settles them.
 pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut books = Books::default();
     let attempts = tx.execute(
         "UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop',
          reason = 'the gateway stopped while this attempt was in flight; the upstream may have billed it'
@@ -506,18 +621,21 @@ pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
             .collect::<Result<_, _>>()?;
         for (policy, period, start, amount) in held {
             let amount = money_col(amount)?;
-            let (spent, reserved) = window(&tx, &policy, &period, &start)?;
-            set_window(
+            let w = books.window(
                 &tx,
-                &policy,
-                &period,
-                &start,
-                spent + amount,
-                reserved.saturating_sub(amount),
+                &WindowKey {
+                    policy,
+                    period: period.clone(),
+                    start,
+                },
             )?;
+            w.spent = w.spent + amount;
+            w.reserved = w.reserved.saturating_sub(amount);
+            w.dirty = true;
             tx.execute("UPDATE reservations SET state = 'interrupted' WHERE request_id = ?1 AND period = ?2", params![id, period])?;
         }
     }
+    books.write(&tx)?;
     tx.commit()?;
     Ok(Recovered {
         attempts,
