@@ -322,6 +322,9 @@ impl Engine {
         let breakers = Breakers::for_plan(&plan, clock.clone(), None);
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
+            // A vendor API does not redirect; following one would send the key and the
+            // prompt wherever `Location` points (and it cost 1% CPU per request).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
         let metrics = Metrics::new()?;
