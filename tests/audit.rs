@@ -1,6 +1,6 @@
 //! The audit API over HTTP, on a ledger filled by real gateway calls against the
-//! simulated providers: auth, every filter, pagination while rows arrive, exact spend,
-//! CSV that parses back with its formula guard, budgets.
+//! mock vendors (tests/common/vendors.rs): auth, every filter, pagination while rows
+//! arrive, exact spend, CSV that parses back with its formula guard, budgets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
 
@@ -8,9 +8,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use common::vendors::Script;
 use common::{ADMIN, Gateway, provider, sha};
 use purser::money::Money;
-use purser::sim::Script;
 use serde_json::Value;
 
 const ALPHA_BOT: &str = "key-alpha-bot";
@@ -20,10 +20,10 @@ const BETA_BOT: &str = "key-beta-bot";
 /// alpha (hard, day budget): model m on us-openai, alternate eu-anthropic/m.
 /// beta (soft): model m2 on eu-anthropic, alternate us-openai/m2.
 async fn gateway() -> Gateway {
-    common::start(|sim| {
+    common::start(|vendors| {
         vec![
-            provider(sim, "us-openai", "openai", "us", &[("m", "0.15", "0.60"), ("m2", "1", "2")]),
-            provider(sim, "eu-anthropic", "anthropic", "eu", &[("m", "0.25", "1.25"), ("m2", "0.5", "1")]),
+            provider(vendors, "us-openai", "openai", "us", &[("m", "0.15", "0.60"), ("m2", "1", "2")]),
+            provider(vendors, "eu-anthropic", "anthropic", "eu", &[("m", "0.25", "1.25"), ("m2", "0.5", "1")]),
             format!(
                 "kind: policy\nid: alpha\nclients:\n  - {{ id: alpha-bot, key_sha256: \"{}\" }}\n  - {{ id: alpha-ops, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us, eu]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 1000\nbudgets:\n  - {{ period: day, limit: \"10\" }}\nalternates:\n  m: eu-anthropic/m\n",
                 sha(ALPHA_BOT),
@@ -47,17 +47,17 @@ async fn traffic(g: &Gateway) -> BTreeMap<&'static str, String> {
         ids.insert(["alpha-1", "alpha-2", "alpha-3"][i], id.unwrap());
     }
     // Rate limit on the primary: fails over to the EU alternate.
-    g.sim.script("us-openai", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors.script("us-openai", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     let (s, id, _) = g.chat(ALPHA_OPS, "m").await;
     assert_eq!(s, 200);
     ids.insert("ops-failover", id.unwrap());
     // An upstream message that a spreadsheet would run as a formula.
-    g.sim.script("us-openai", vec![Script::Status(400, r#"{"error":{"message":"=HYPERLINK(\"http://evil.example\",\"x\")","type":"invalid_request_error"}}"#.into())]);
+    g.vendors.script("us-openai", vec![Script::Status(400, r#"{"error":{"message":"=HYPERLINK(\"http://evil.example\",\"x\")","type":"invalid_request_error"}}"#.into())]);
     let (s, id, _) = g.chat(ALPHA_BOT, "m").await;
     assert_eq!(s, 400);
     ids.insert("alpha-malformed", id.unwrap());
     // Soft policy, primary times out (maybe billed), alternate serves.
-    g.sim.script("eu-anthropic", vec![Script::Delay(1_000)]);
+    g.vendors.script("eu-anthropic", vec![Script::Delay(1_000)]);
     let (s, id, _) = g.chat(BETA_BOT, "m2").await;
     assert_eq!(s, 200);
     ids.insert("beta-timeout", id.unwrap());
@@ -107,7 +107,7 @@ async fn audit_needs_the_admin_token_and_is_off_without_one() {
     }
 
     let off = common::start_with(
-        |sim| vec![provider(sim, "p", "openai", "us", &[("m", "1", "1")])],
+        |vendors| vec![provider(vendors, "p", "openai", "us", &[("m", "1", "1")])],
         None,
     )
     .await;

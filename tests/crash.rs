@@ -10,10 +10,10 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::vendors::{Script, Vendors};
 use common::{provider, sha};
 use purser::ledger::{self, Ledger, Options};
 use purser::money::Money;
-use purser::sim::{Script, Sim};
 
 const KEY: &str = "key-crash";
 
@@ -43,12 +43,12 @@ fn in_flight(db: &std::path::Path) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_gateway_mid_call_leaves_an_interrupted_maybe_billed_row() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(0).await.unwrap();
+    let vendors = Vendors::start().await;
     // The provider holds the call far longer than the test lives.
-    sim.script("slow", vec![Script::Delay(600_000)]);
+    vendors.script("slow", vec![Script::Delay(600_000)]);
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
-    let slow = provider(&sim, "slow", "openai", "us", &[("m", "1", "2")])
+    let slow = provider(&vendors, "slow", "openai", "us", &[("m", "1", "2")])
         .replace("timeout_ms: 300", "timeout_ms: 600000");
     std::fs::write(
         config.join("set.yaml"),
@@ -80,7 +80,7 @@ async fn killing_the_gateway_mid_call_leaves_an_interrupted_maybe_billed_row() {
         }
     });
     // The attempt is written before the call is sent: wait for the provider to have it.
-    wait_until("the upstream call", || sim.calls("slow") == 1).await;
+    wait_until("the upstream call", || vendors.calls("slow") == 1).await;
     assert_eq!(
         in_flight(&db),
         1,

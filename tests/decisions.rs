@@ -1,5 +1,6 @@
 //! The DESIGN 5 rows that `tests/gateway.rs` does not already cover, over real HTTP
-//! against the simulated providers: every refusal class, every provider-side class
+//! against the mock vendors (tests/common/vendors.rs): every refusal class, a
+//! blocked 2xx from each vendor, each adapter's wire shape, every provider-side class
 //! failing over, the same-upstream alternate skipped, the alternate over the ceiling,
 //! and the alternate failing too. Each checks what the client got, the calls each
 //! provider received, and the ledger rows.
@@ -8,9 +9,9 @@
 
 mod common;
 
+use common::vendors::Script;
 use common::{Gateway, provider, sha};
 use purser::ledger::read::RequestRow;
-use purser::sim::Script;
 
 const SOFT: &str = "key-dec-soft";
 const HARD: &str = "key-dec-hard";
@@ -18,15 +19,15 @@ const HARD: &str = "key-dec-hard";
 /// primary `a` (cheapest), alternate `b`; `same` is the same upstream as `a`; `pricey`
 /// is an alternate no hard request fits.
 async fn gateway() -> Gateway {
-    common::start(|sim| {
-        let same = provider(sim, "same", "openai", "us", &[("m", "0.20", "0.80")])
-            .replace(&sim.base_url("same", "openai"), &sim.base_url("a", "openai"));
+    common::start(|vendors| {
+        let same = provider(vendors, "same", "openai", "us", &[("m", "0.20", "0.80")])
+            .replace(&vendors.base_url("same", "openai"), &vendors.base_url("a", "openai"));
         vec![
-            provider(sim, "a", "openai", "us", &[("m", "0.15", "0.60")]),
-            provider(sim, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
-            provider(sim, "c", "gemini", "us", &[("m", "0.30", "1.50")]),
+            provider(vendors, "a", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            provider(vendors, "c", "gemini", "us", &[("m", "0.30", "1.50")]),
             same,
-            provider(sim, "pricey", "anthropic", "us", &[("m", "500", "500")]),
+            provider(vendors, "pricey", "anthropic", "us", &[("m", "500", "500")]),
             format!(
                 "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
                 sha(SOFT)
@@ -91,14 +92,19 @@ async fn every_request_side_class_is_refused_without_a_second_call() {
             r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
         ),
     ] {
-        g.sim.reset();
-        g.sim.script("a", vec![Script::Status(status, body.into())]);
+        g.vendors.reset();
+        g.vendors
+            .script("a", vec![Script::Status(status, body.into())]);
         let (got, id, v) = g.chat(SOFT, "m").await;
         assert_eq!(got, status, "{class}: {v}");
         assert_eq!(v["error"]["code"], class);
         assert_eq!(v["error"]["provider"], "a");
         assert_eq!(v["error"]["attempts"].as_array().unwrap().len(), 1);
-        assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 0), "{class}");
+        assert_eq!(
+            (g.vendors.calls("a"), g.vendors.calls("b")),
+            (1, 0),
+            "{class}"
+        );
         let r = row(&g, &id.unwrap());
         assert_eq!(trail(&r), [t("a", class, "refuse")], "{class}");
         assert_eq!(r.outcome, "refused");
@@ -130,11 +136,15 @@ async fn every_provider_side_class_fails_over_once_under_soft() {
             Script::Status(200, "<html>not json</html>".into()),
         ),
     ] {
-        g.sim.reset();
-        g.sim.script("a", vec![script]);
+        g.vendors.reset();
+        g.vendors.script("a", vec![script]);
         let (got, id, v) = g.chat(SOFT, "m").await;
         assert_eq!(got, 200, "{class}: {v}");
-        assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 1), "{class}");
+        assert_eq!(
+            (g.vendors.calls("a"), g.vendors.calls("b")),
+            (1, 1),
+            "{class}"
+        );
         let r = row(&g, &id.unwrap());
         assert_eq!(
             trail(&r),
@@ -154,8 +164,8 @@ async fn the_alternate_failing_too_stops_with_both_attempts_named() {
             r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#.into(),
         )
     };
-    g.sim.script("a", vec![overloaded()]);
-    g.sim.script(
+    g.vendors.script("a", vec![overloaded()]);
+    g.vendors.script(
         "b",
         vec![Script::Status(
             529,
@@ -182,7 +192,7 @@ async fn the_alternate_failing_too_stops_with_both_attempts_named() {
             .unwrap()
             .contains("2 attempt(s)")
     );
-    assert_eq!((g.sim.calls("a"), g.sim.calls("b")), (1, 1));
+    assert_eq!((g.vendors.calls("a"), g.vendors.calls("b")), (1, 1));
     let r = row(&g, &id.unwrap());
     assert_eq!(
         trail(&r),
@@ -197,11 +207,11 @@ async fn the_alternate_failing_too_stops_with_both_attempts_named() {
 #[tokio::test]
 async fn an_alternate_on_the_same_upstream_is_skipped() {
     let g = gateway().await;
-    g.sim.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     let (got, id, v) = g.chat("key-dec-twin", "m").await;
     assert_eq!(got, 429, "{v}");
     assert_eq!(
-        g.sim.calls("a"),
+        g.vendors.calls("a"),
         1,
         "the twin would have hit the same upstream: no call"
     );
@@ -219,10 +229,10 @@ async fn an_alternate_on_the_same_upstream_is_skipped() {
 #[tokio::test]
 async fn an_alternate_over_the_ceiling_is_not_called() {
     let g = gateway().await;
-    g.sim.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     let (got, id, v) = g.chat(HARD, "m").await;
     assert_eq!(got, 429, "{v}");
-    assert_eq!((g.sim.calls("a"), g.sim.calls("pricey")), (1, 0));
+    assert_eq!((g.vendors.calls("a"), g.vendors.calls("pricey")), (1, 0));
     let r = row(&g, &id.unwrap());
     assert_eq!(trail(&r), [t("a", "rate_limited", "stop")]);
     assert!(
@@ -236,12 +246,12 @@ async fn an_alternate_over_the_ceiling_is_not_called() {
 
 #[tokio::test]
 async fn a_refused_connection_fails_over_and_is_not_billed() {
-    let g = common::start(|sim| {
-        let dead = provider(sim, "dead", "openai", "us", &[("m", "0.10", "0.40")])
-            .replace(&sim.base_url("dead", "openai"), "http://127.0.0.1:9/v1");
+    let g = common::start(|vendors| {
+        let dead = provider(vendors, "dead", "openai", "us", &[("m", "0.10", "0.40")])
+            .replace(&vendors.base_url("dead", "openai"), "http://127.0.0.1:9/v1");
         vec![
             dead,
-            provider(sim, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            provider(vendors, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
             format!(
                 "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
                 sha(HARD)
@@ -263,4 +273,101 @@ async fn a_refused_connection_fails_over_and_is_not_billed() {
         r.attempts[0].billing, "not_billed",
         "nothing was sent: even hard may fail over"
     );
+}
+
+/// A gateway whose soft policy's primary `p` speaks `api`, with the OpenAI `alt` as
+/// its alternate.
+async fn one_vendor(api: &str) -> Gateway {
+    let api = api.to_string();
+    common::start(move |vendors| {
+        vec![
+            provider(vendors, "p", &api, "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "alt", "openai", "us", &[("m", "0.25", "1.25")]),
+            format!(
+                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
+                sha(SOFT)
+            ),
+        ]
+    })
+    .await
+}
+
+/// A 200 whose content the vendor blocked is a content refusal: the alternate would
+/// refuse the same prompt, so it is never asked.
+#[tokio::test]
+async fn a_blocked_2xx_from_each_vendor_is_refused_without_failover() {
+    for api in ["openai", "anthropic", "gemini"] {
+        let g = one_vendor(api).await;
+        g.vendors.script("p", vec![Script::Blocked]);
+        let (got, id, v) = g.chat(SOFT, "m").await;
+        assert_eq!(got, 400, "{api}: {v}");
+        assert_eq!(v["error"]["code"], "content_refusal", "{api}");
+        assert_eq!(v["error"]["provider"], "p", "{api}");
+        assert_eq!(
+            (g.vendors.calls("p"), g.vendors.calls("alt")),
+            (1, 0),
+            "{api}"
+        );
+        let r = row(&g, &id.unwrap());
+        assert_eq!(trail(&r), [t("p", "content_refusal", "refuse")], "{api}");
+        assert_eq!(r.outcome, "refused", "{api}");
+    }
+}
+
+/// What each adapter put on the wire, as the vendor received it: the client's OpenAI
+/// request translated into the vendor's own shape, with the proven output bound.
+#[tokio::test]
+async fn each_adapter_sends_the_vendors_own_request_shape() {
+    let body = serde_json::json!({
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+        ],
+        "max_tokens": 50,
+        "temperature": 0.2
+    });
+    for api in ["openai", "anthropic", "gemini"] {
+        let g = one_vendor(api).await;
+        let r = reqwest::Client::new()
+            .post(g.url("/v1/chat/completions"))
+            .bearer_auth(SOFT)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{api}");
+        let sent = g.vendors.sent("p");
+        assert_eq!(sent.len(), 1, "{api}");
+        let b = &sent[0].body;
+        match api {
+            "openai" => {
+                assert_eq!(b["model"], "m");
+                assert_eq!(b["max_tokens"], 50);
+                assert_eq!(b["messages"][0]["role"], "system");
+                assert_eq!(b["temperature"], 0.2);
+            }
+            "anthropic" => {
+                assert_eq!(b["model"], "m");
+                assert_eq!(b["max_tokens"], 50, "max_tokens is always set");
+                assert_eq!(b["system"], "Be brief.", "system lifted to the top level");
+                let msgs = b["messages"].as_array().unwrap();
+                assert_eq!(msgs.len(), 1, "{b}");
+                assert_eq!(msgs[0]["role"], "user");
+                assert_eq!(b["temperature"], 0.2);
+            }
+            "gemini" => {
+                assert!(b.get("model").is_none(), "the model is in the path: {b}");
+                assert_eq!(b["contents"][0]["role"], "user", "{b}");
+                assert_eq!(b["contents"][0]["parts"][0]["text"], "hello", "{b}");
+                assert_eq!(
+                    b["systemInstruction"]["parts"][0]["text"], "Be brief.",
+                    "{b}"
+                );
+                assert_eq!(b["generationConfig"]["maxOutputTokens"], 50, "{b}");
+                assert_eq!(b["generationConfig"]["temperature"], 0.2, "{b}");
+            }
+            _ => unreachable!(),
+        }
+    }
 }

@@ -1,17 +1,19 @@
-//! The gateway over real HTTP on loopback against simulated providers: one test per
-//! DESIGN 5 rule, each checking what the client got, how many calls each provider
+//! The gateway over real HTTP on loopback against the mock vendors
+//! (tests/common/vendors.rs): one test per DESIGN 5 rule, each checking what the client got, how many calls each provider
 //! received, and the ledger rows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use common::vendors::{Script, Vendors};
 use purser::clock::SystemClock;
 use purser::gateway::Engine;
 use purser::ledger::{self, Ledger, Options};
-use purser::sim::{Script, Sim};
 use serde_json::{Value, json};
 
 const KEY_HARD: &str = "key-hard";
@@ -23,7 +25,7 @@ fn sha(s: &str) -> String {
 }
 
 struct Harness {
-    sim: Sim,
+    vendors: Vendors,
     addr: SocketAddr,
     db: PathBuf,
     keys: PathBuf,
@@ -32,7 +34,7 @@ struct Harness {
 
 async fn harness_with(opts: Options) -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(0).await.unwrap();
+    let vendors = Vendors::start().await;
     let keys = dir.path().join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     for p in ["primary", "alt"] {
@@ -43,7 +45,7 @@ async fn harness_with(opts: Options) -> Harness {
     let provider = |id: &str, api: &str, model: &str, price_in: &str, price_out: &str| {
         format!(
             "kind: provider\nid: {id}\napi: {api}\nbase_url: {}\njurisdiction: us\ncredential: {{ file: {} }}\ntimeout_ms: 300\ncircuit: {{ failures: 3, window_s: 60, cooldown_s: 60 }}\nmodels:\n  {model}:\n    context_window: 100000\n    input_per_mtok: \"{price_in}\"\n    output_per_mtok: \"{price_out}\"\n",
-            sim.base_url(id, api),
+            vendors.base_url(id, api),
             keys.join(id).display()
         )
     };
@@ -82,7 +84,7 @@ async fn harness_with(opts: Options) -> Harness {
         .await
     });
     Harness {
-        sim,
+        vendors,
         addr,
         db,
         keys,
@@ -128,7 +130,7 @@ impl Harness {
     }
 
     fn calls(&self) -> (usize, usize) {
-        (self.sim.calls("primary"), self.sim.calls("alt"))
+        (self.vendors.calls("primary"), self.vendors.calls("alt"))
     }
 }
 
@@ -182,7 +184,7 @@ async fn success_is_served_with_headers_and_an_exact_cost() {
 #[tokio::test]
 async fn rate_limit_fails_over_once_even_under_hard() {
     let h = harness().await;
-    h.sim.script(
+    h.vendors.script(
         "primary",
         vec![s(
             429,
@@ -212,7 +214,7 @@ async fn rate_limit_fails_over_once_even_under_hard() {
 #[tokio::test]
 async fn timeout_stops_under_hard_and_fails_over_under_soft() {
     let h = harness().await;
-    h.sim.script("primary", vec![Script::Delay(1_000)]);
+    h.vendors.script("primary", vec![Script::Delay(1_000)]);
     let (status, headers, v) = h.chat(KEY_HARD).await;
     assert_eq!(status, 504, "{v}");
     assert_eq!(v["error"]["code"], "timeout");
@@ -232,7 +234,7 @@ async fn timeout_stops_under_hard_and_fails_over_under_soft() {
             .contains("at most one potentially billable attempt")
     );
 
-    h.sim.script("primary", vec![Script::Delay(1_000)]);
+    h.vendors.script("primary", vec![Script::Delay(1_000)]);
     let (status, headers, _) = h.chat(KEY_SOFT).await;
     assert_eq!(status, 200);
     assert_eq!(headers["x-purser-provider"], "alt");
@@ -242,7 +244,7 @@ async fn timeout_stops_under_hard_and_fails_over_under_soft() {
 #[tokio::test]
 async fn content_refusal_is_returned_and_never_fails_over() {
     let h = harness().await;
-    h.sim.script("primary", vec![s(400, r#"{"error":{"code":"content_policy_violation","message":"Your request was rejected by our safety system."}}"#)]);
+    h.vendors.script("primary", vec![s(400, r#"{"error":{"code":"content_policy_violation","message":"Your request was rejected by our safety system."}}"#)]);
     let (status, headers, v) = h.chat(KEY_SOFT).await;
     assert_eq!(status, 400);
     let e = &v["error"];
@@ -264,20 +266,20 @@ async fn content_refusal_is_returned_and_never_fails_over() {
 async fn auth_retries_the_same_destination_only_after_a_rotation() {
     let h = harness().await;
     // Unchanged key: refused after one call.
-    h.sim
+    h.vendors
         .script("primary", vec![Script::RequireKey("new-primary".into())]);
     let (status, _, v) = h.chat(KEY_HARD).await;
     assert_eq!((status, v["error"]["code"].as_str()), (401, Some("auth")));
     assert_eq!(h.calls(), (1, 0));
     // Rotated key file: one retry with the new key, served.
     std::fs::write(h.keys.join("primary"), "new-primary").unwrap();
-    h.sim
+    h.vendors
         .script("primary", vec![Script::RequireKey("new-primary".into())]);
     let (status, headers, v) = h.chat(KEY_HARD).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(headers["x-purser-attempts"], "2");
     assert_eq!(
-        h.sim.keys_seen("primary"),
+        h.vendors.keys_seen("primary"),
         ["old-primary", "old-primary", "new-primary"]
     );
     assert_eq!(h.calls(), (3, 0));
@@ -306,7 +308,7 @@ async fn over_the_ceiling_is_refused_before_any_call() {
 #[tokio::test]
 async fn circuit_opens_after_provider_faults_and_then_no_call_is_made() {
     let h = harness().await;
-    h.sim
+    h.vendors
         .script("primary", vec![s(500, "{}"), s(500, "{}"), s(500, "{}")]);
     for _ in 0..3 {
         h.chat(KEY_SOFT).await;
@@ -443,7 +445,7 @@ async fn bad_input_is_a_clear_400_or_401() {
 #[tokio::test]
 async fn upstream_garbage_is_unclassified_and_recorded() {
     let h = harness().await;
-    h.sim
+    h.vendors
         .script("primary", vec![s(200, "<html>not json</html>")]);
     let (status, headers, v) = h.chat(KEY_HARD).await;
     assert_eq!(status, 502);

@@ -1,21 +1,21 @@
 //! End to end with the official `openai` Python client (installed from PyPI by
 //! `.ci/run`): a plain call, a streaming call, and typed errors read through the
-//! client's exceptions, against a real gateway and simulated providers.
+//! client's exceptions, against a real gateway and the mock vendors of tests/common/vendors.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
 
 mod common;
 
+use common::vendors::Script;
 use common::{provider, sha};
-use purser::sim::Script;
 
 const KEY: &str = "key-openai-client";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_client_sees_an_openai_api() {
-    let g = common::start(|sim| {
+    let g = common::start(|vendors| {
         vec![
-            provider(sim, "primary", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "primary", "openai", "us", &[("m", "0.15", "0.60")]),
             format!(
                 "kind: policy\nid: pol\nclients:\n  - {{ id: py, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 256\n",
                 sha(KEY)
@@ -24,7 +24,7 @@ async fn the_openai_python_client_sees_an_openai_api() {
     })
     .await;
     // Calls that reach the provider: plain, stream, then the refusal.
-    g.sim.script(
+    g.vendors.script(
         "primary",
         vec![
             Script::Ok,
@@ -56,5 +56,5 @@ async fn the_openai_python_client_sees_an_openai_api() {
     );
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.contains("openai client e2e: ok"), "{stdout}");
-    assert_eq!(g.sim.calls("primary"), 3);
+    assert_eq!(g.vendors.calls("primary"), 3);
 }

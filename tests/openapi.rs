@@ -6,8 +6,8 @@
 
 mod common;
 
+use common::vendors::Script;
 use common::{ADMIN, provider, sha};
-use purser::sim::Script;
 
 const KEY: &str = "key-openapi";
 
@@ -34,10 +34,10 @@ fn schemathesis() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn served_responses_match_the_openapi_description() {
     let st = schemathesis();
-    let g = common::start(|sim| {
+    let g = common::start(|vendors| {
         vec![
-            provider(sim, "p1", "openai", "us", &[("m", "0.15", "0.60")]),
-            provider(sim, "p2", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            provider(vendors, "p1", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "p2", "anthropic", "us", &[("m", "0.25", "1.25")]),
             format!(
                 "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nbudgets:\n  - {{ period: month, limit: \"3\" }}\nalternates:\n  m: p2/m\n",
                 sha(KEY)
@@ -49,10 +49,10 @@ async fn served_responses_match_the_openapi_description() {
     for _ in 0..3 {
         g.chat(KEY, "m").await;
     }
-    g.sim
+    g.vendors
         .script("p1", vec![Script::Status(503, "overloaded".into())]);
     g.chat(KEY, "m").await;
-    g.sim.script(
+    g.vendors.script(
         "p1",
         vec![Script::Status(
             400,

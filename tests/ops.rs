@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::Command;
 
+use common::vendors::{Script, Vendors};
 use common::{provider, sha};
 use purser::metrics::nanos;
 use purser::money::Money;
-use purser::sim::{Script, Sim};
 
 const KEY: &str = "key-ops";
 
@@ -43,10 +43,10 @@ fn scrape(text: &str) -> BTreeMap<(String, String), f64> {
 
 #[tokio::test]
 async fn metrics_count_what_the_ledger_holds() {
-    let g = common::start(|sim| {
+    let g = common::start(|vendors| {
         vec![
-            provider(sim, "p1", "openai", "us", &[("m", "0.15", "0.60")]),
-            provider(sim, "p2", "anthropic", "us", &[("m", "0.25", "1.25")]),
+            provider(vendors, "p1", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "p2", "anthropic", "us", &[("m", "0.25", "1.25")]),
             format!(
                 "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nbudgets:\n  - {{ period: day, limit: \"2\" }}\nalternates:\n  m: p2/m\n",
                 sha(KEY)
@@ -57,9 +57,9 @@ async fn metrics_count_what_the_ledger_holds() {
     for _ in 0..2 {
         assert_eq!(g.chat(KEY, "m").await.0, 200);
     }
-    g.sim.script("p1", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors.script("p1", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     assert_eq!(g.chat(KEY, "m").await.0, 200);
-    g.sim.script("p1", vec![Script::Status(400, r#"{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#.into())]);
+    g.vendors.script("p1", vec![Script::Status(400, r#"{"error":{"message":"Your request was rejected by our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#.into())]);
     assert_eq!(g.chat(KEY, "m").await.0, 400);
     assert_eq!(g.chat(KEY, "other").await.0, 403);
 
@@ -185,12 +185,12 @@ async fn metrics_count_what_the_ledger_holds() {
 async fn logs_never_contain_a_key() {
     const CLIENT_KEY: &str = "sk-client-SECRET-4242";
     const PROVIDER_KEY: &str = "sk-provider-SECRET-9191";
-    let sim = Sim::start(0).await.unwrap();
+    let vendors = Vendors::start().await;
     for format in ["json", "pretty"] {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("policies");
         std::fs::create_dir_all(&config).unwrap();
-        let p = provider(&sim, "p1", "openai", "us", &[("m", "0.15", "0.60")]).replace(
+        let p = provider(&vendors, "p1", "openai", "us", &[("m", "0.15", "0.60")]).replace(
             "timeout_ms: 300",
             "timeout_ms: 2000\ncredential: { env: PURSER_TEST_PROVIDER_KEY }",
         );
@@ -238,7 +238,7 @@ async fn logs_never_contain_a_key() {
         };
         assert_eq!(chat(CLIENT_KEY).await, 200);
         // The upstream echoes the key back in its error, as real providers do.
-        sim.script("p1", vec![Script::Status(401, format!(r#"{{"error":{{"message":"Incorrect API key provided: {PROVIDER_KEY}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#))]);
+        vendors.script("p1", vec![Script::Status(401, format!(r#"{{"error":{{"message":"Incorrect API key provided: {PROVIDER_KEY}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#))]);
         assert_eq!(chat(CLIENT_KEY).await, 401);
         assert_eq!(chat("sk-wrong-SECRET-0000").await, 401);
         let r = client

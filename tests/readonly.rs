@@ -46,9 +46,9 @@ fn immutable_supported(dir: &Path) -> bool {
 
 #[tokio::test]
 async fn a_read_only_ledger_fails_closed_with_no_upstream_call() {
-    let g = common::start(|sim| {
+    let g = common::start(|vendors| {
         vec![
-            provider(sim, "p", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "p", "openai", "us", &[("m", "0.15", "0.60")]),
             format!(
                 "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\n",
                 sha(KEY)
@@ -61,7 +61,7 @@ async fn a_read_only_ledger_fails_closed_with_no_upstream_call() {
         return;
     }
     assert_eq!(g.chat(KEY, "m").await.0, 200);
-    assert_eq!(g.sim.calls("p"), 1);
+    assert_eq!(g.vendors.calls("p"), 1);
 
     // Not the -shm file: SQLite maps it into memory, and an immutable mapping is a
     // SIGBUS, not a refusal.
@@ -77,7 +77,11 @@ async fn a_read_only_ledger_fails_closed_with_no_upstream_call() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "ledger_unavailable");
     assert!(id.is_some(), "the refusal names its request id");
-    assert_eq!(g.sim.calls("p"), 1, "no upstream call without a ledger row");
+    assert_eq!(
+        g.vendors.calls("p"),
+        1,
+        "no upstream call without a ledger row"
+    );
     let (ready, text) = g.get_as("/readyz", None).await;
     assert_eq!(ready, 503, "{text}");
     assert_eq!(g.get_as("/healthz", None).await.0, 200, "the process is up");
@@ -85,6 +89,6 @@ async fn a_read_only_ledger_fails_closed_with_no_upstream_call() {
     // Writable again: the gateway recovers without a restart.
     assert!(chattr("-i", &files));
     assert_eq!(g.chat(KEY, "m").await.0, 200);
-    assert_eq!(g.sim.calls("p"), 2);
+    assert_eq!(g.vendors.calls("p"), 2);
     assert_eq!(g.get_as("/readyz", None).await.0, 200);
 }

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use common::vendors::{Script, Vendors};
 use common::{ADMIN, provider, sha};
-use purser::sim::{Script, Sim};
 
 const KEY: &str = "key-reload";
 
-fn policy_set(sim: &Sim, ceiling: &str) -> Vec<String> {
+fn policy_set(vendors: &Vendors, ceiling: &str) -> Vec<String> {
     vec![
-        provider(sim, "p", "openai", "us", &[("m", "0.15", "0.60")]),
+        provider(vendors, "p", "openai", "us", &[("m", "0.15", "0.60")]),
         format!(
             "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"{ceiling}\", mode: hard }}\nmax_output_tokens: 100\n",
             sha(KEY)
@@ -34,9 +34,9 @@ fn write_set(dir: &std::path::Path, docs: Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_under_load_keeps_every_request_on_one_active_plan() {
-    let g = Arc::new(common::start(|sim| policy_set(sim, "0.05")).await);
+    let g = Arc::new(common::start(|vendors| policy_set(vendors, "0.05")).await);
     // Every call takes a little while, so swaps land while requests are in flight.
-    g.sim.script("p", vec![Script::Delay(15); 100_000]);
+    g.vendors.script("p", vec![Script::Delay(15); 100_000]);
     let mut active: BTreeMap<String, String> = BTreeMap::new(); // plan_id -> ceiling
     active.insert(g.engine.plan().id().to_string(), "0.05".into());
 
@@ -55,7 +55,7 @@ async fn reload_under_load_keeps_every_request_on_one_active_plan() {
         }));
     }
 
-    let sim = g.sim.clone();
+    let vendors = g.vendors.clone();
     for round in 0..12 {
         tokio::time::sleep(Duration::from_millis(40)).await;
         if round % 4 == 3 {
@@ -75,7 +75,7 @@ async fn reload_under_load_keeps_every_request_on_one_active_plan() {
             continue;
         }
         let ceiling = format!("0.{:02}", 10 + round);
-        write_set(&g.config, policy_set(&sim, &ceiling));
+        write_set(&g.config, policy_set(&vendors, &ceiling));
         let (status, body) = g.admin_post("/admin/v1/reload").await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["changed"], true);
@@ -119,7 +119,7 @@ async fn reload_under_load_keeps_every_request_on_one_active_plan() {
 
 #[tokio::test]
 async fn admin_endpoints_need_the_token() {
-    let g = common::start(|sim| policy_set(sim, "0.05")).await;
+    let g = common::start(|vendors| policy_set(vendors, "0.05")).await;
     let r = reqwest::Client::new()
         .post(g.url("/admin/v1/reload"))
         .send()
@@ -145,10 +145,10 @@ async fn admin_endpoints_need_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_a_running_server() {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(0).await.unwrap();
+    let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
-    write_set(&config, policy_set(&sim, "0.05"));
+    write_set(&config, policy_set(&vendors, "0.05"));
     let served = common::serve_child(
         &config,
         &dir.path().join("l.db"),
@@ -196,7 +196,7 @@ async fn sighup_reloads_a_running_server() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(plan_id().await.as_deref(), Some(first.as_str()));
     std::fs::remove_file(config.join("broken.yaml")).unwrap();
-    write_set(&config, policy_set(&sim, "0.07"));
+    write_set(&config, policy_set(&vendors, "0.07"));
     hup(served.child.id());
     let mut changed = false;
     for _ in 0..250 {

@@ -8,9 +8,9 @@ mod common;
 
 use std::time::Duration;
 
+use common::vendors::{Script, Vendors};
 use common::{provider, sha};
 use purser::ledger::{self, Ledger, Options};
-use purser::sim::{Script, Sim};
 
 const KEY: &str = "key-shutdown";
 
@@ -18,20 +18,20 @@ async fn setup(
     delay_ms: u64,
 ) -> (
     tempfile::TempDir,
-    Sim,
+    Vendors,
     std::path::PathBuf,
     std::path::PathBuf,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(0).await.unwrap();
-    sim.script("p", vec![Script::Delay(delay_ms)]);
+    let vendors = Vendors::start().await;
+    vendors.script("p", vec![Script::Delay(delay_ms)]);
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(
         config.join("set.yaml"),
         [
             "kind: gateway\ncurrency: USD\n".to_string(),
-            provider(&sim, "p", "openai", "us", &[("m", "0.15", "0.60")])
+            provider(&vendors, "p", "openai", "us", &[("m", "0.15", "0.60")])
                 .replace("timeout_ms: 300", "timeout_ms: 60000"),
             format!(
                 "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\n",
@@ -42,7 +42,7 @@ async fn setup(
     )
     .unwrap();
     let db = dir.path().join("l.db");
-    (dir, sim, config, db)
+    (dir, vendors, config, db)
 }
 
 fn post(base: &str) -> tokio::task::JoinHandle<Result<reqwest::Response, reqwest::Error>> {
@@ -59,9 +59,9 @@ fn post(base: &str) -> tokio::task::JoinHandle<Result<reqwest::Response, reqwest
     })
 }
 
-async fn wait_for_call(sim: &Sim) {
+async fn wait_for_call(vendors: &Vendors) {
     for _ in 0..500 {
-        if sim.calls("p") == 1 {
+        if vendors.calls("p") == 1 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -81,11 +81,11 @@ fn term(pid: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_request_in_flight_and_records_it() {
-    let (_dir, sim, config, db) = setup(800).await;
+    let (_dir, vendors, config, db) = setup(800).await;
     let mut served = common::serve_child(&config, &db, &[], &[], false).await;
     let base = served.base();
     let call = post(&base);
-    wait_for_call(&sim).await;
+    wait_for_call(&vendors).await;
     term(served.child.id());
     tokio::time::sleep(Duration::from_millis(150)).await;
     let late = reqwest::Client::new()
@@ -107,11 +107,11 @@ async fn sigterm_finishes_the_request_in_flight_and_records_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_beyond_the_grace_period_is_recovered_at_the_next_start() {
-    let (_dir, sim, config, db) = setup(30_000).await;
+    let (_dir, vendors, config, db) = setup(30_000).await;
     let mut served =
         common::serve_child(&config, &db, &["--shutdown-grace-s", "0"], &[], false).await;
     let call = post(&served.base());
-    wait_for_call(&sim).await;
+    wait_for_call(&vendors).await;
     term(served.child.id());
     let status = served.child.wait().unwrap();
     assert!(status.success(), "{status:?}");

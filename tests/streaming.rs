@@ -1,4 +1,4 @@
-//! `stream: true` end to end against streaming simulated providers of each API:
+//! `stream: true` end to end against the streaming mock vendors of each API:
 //! translation to OpenAI chunks with the closing usage chunk; classification and
 //! failover before the first content; after it, an error event and a `maybe_billed`
 //! row instead of a splice; client disconnects recorded.
@@ -9,22 +9,22 @@ mod common;
 
 use std::time::Duration;
 
+use common::vendors::Script;
 use common::{Gateway, provider, sha};
 use futures_util::StreamExt;
 use purser::ledger::read::RequestRow;
 use purser::money::Money;
-use purser::sim::Script;
 use serde_json::{Value, json};
 
 const SOFT: &str = "key-stream-soft";
 const HARD: &str = "key-stream-hard";
 
 async fn gateway() -> Gateway {
-    common::start(|sim| {
+    common::start(|vendors| {
         vec![
-            provider(sim, "oa", "openai", "us", &[("m", "0.15", "0.60")]),
-            provider(sim, "an", "anthropic", "us", &[("m", "0.25", "1.25"), ("c", "0.25", "1.25")]),
-            provider(sim, "ge", "gemini", "us", &[("g", "0.10", "0.40")]),
+            provider(vendors, "oa", "openai", "us", &[("m", "0.15", "0.60")]),
+            provider(vendors, "an", "anthropic", "us", &[("m", "0.25", "1.25"), ("c", "0.25", "1.25")]),
+            provider(vendors, "ge", "gemini", "us", &[("g", "0.10", "0.40")]),
             format!(
                 "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m, c, g]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: an/m\n",
                 sha(SOFT)
@@ -160,7 +160,7 @@ async fn each_api_streams_as_openai_chunks_with_usage_and_exact_cost() {
 #[tokio::test]
 async fn an_error_event_before_content_fails_over_like_a_plain_error() {
     let g = gateway().await;
-    g.sim.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     let (status, id, data) = stream(&g, HARD, "m").await;
     assert_eq!(status, 200);
     assert_eq!(
@@ -187,25 +187,25 @@ async fn an_error_event_before_content_fails_over_like_a_plain_error() {
             ("an", "success", "served")
         ]
     );
-    assert_eq!((g.sim.calls("oa"), g.sim.calls("an")), (1, 1));
+    assert_eq!((g.vendors.calls("oa"), g.vendors.calls("an")), (1, 1));
 }
 
 #[tokio::test]
 async fn a_cut_before_content_is_dropped_and_hard_does_not_fail_over() {
     let g = gateway().await;
-    g.sim.script("oa", vec![Script::StreamCut(0)]);
+    g.vendors.script("oa", vec![Script::StreamCut(0)]);
     let r = send(&g, HARD, "m").await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "dropped");
     assert_eq!(
-        (g.sim.calls("oa"), g.sim.calls("an")),
+        (g.vendors.calls("oa"), g.vendors.calls("an")),
         (1, 0),
         "maybe billed: no second call under hard"
     );
 
     // Soft may fail over on the same cut.
-    g.sim.script("oa", vec![Script::StreamCut(0)]);
+    g.vendors.script("oa", vec![Script::StreamCut(0)]);
     let (status, _, data) = stream(&g, SOFT, "m").await;
     assert_eq!(status, 200);
     assert_eq!(text_of(&data), "Hello from an.");
@@ -215,7 +215,7 @@ async fn a_cut_before_content_is_dropped_and_hard_does_not_fail_over() {
 async fn a_failure_after_content_ends_the_stream_with_an_error_event() {
     let g = gateway().await;
     // Cut after the first content chunk.
-    g.sim.script("oa", vec![Script::StreamCut(1)]);
+    g.vendors.script("oa", vec![Script::StreamCut(1)]);
     let (status, id, data) = stream(&g, SOFT, "m").await;
     assert_eq!(status, 200);
     assert_eq!(text_of(&data), "Hello from ");
@@ -225,7 +225,7 @@ async fn a_failure_after_content_ends_the_stream_with_an_error_event() {
     assert_eq!(last["error"]["request_id"], id.as_str());
     assert!(!data.iter().any(|d| d == "[DONE]"));
     assert_eq!(
-        g.sim.calls("an"),
+        g.vendors.calls("an"),
         0,
         "nothing is spliced from the alternate"
     );
@@ -245,7 +245,7 @@ async fn a_failure_after_content_ends_the_stream_with_an_error_event() {
     );
 
     // An error event mid-stream keeps its own class, and is maybe billed too.
-    g.sim.script("oa", vec![Script::StreamErrorAfter(2, r#"{"error":{"message":"The server is overloaded","type":"server_error","code":"overloaded"}}"#.into())]);
+    g.vendors.script("oa", vec![Script::StreamErrorAfter(2, r#"{"error":{"message":"The server is overloaded","type":"server_error","code":"overloaded"}}"#.into())]);
     let (_, id, data) = stream(&g, SOFT, "m").await;
     assert_eq!(text_of(&data), "Hello from oa.");
     let last: Value = serde_json::from_str(data.last().unwrap()).unwrap();
@@ -269,7 +269,7 @@ async fn a_failure_after_content_ends_the_stream_with_an_error_event() {
 #[tokio::test]
 async fn a_blocked_stream_is_a_refusal_not_a_failover() {
     let g = gateway().await;
-    g.sim.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#.into())]);
+    g.vendors.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Your request was rejected as a result of our safety system.","type":"invalid_request_error","code":"content_policy_violation"}}"#.into())]);
     let r = send(&g, SOFT, "m").await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
@@ -280,13 +280,13 @@ async fn a_blocked_stream_is_a_refusal_not_a_failover() {
             .unwrap()
             .contains("safety system")
     );
-    assert_eq!(g.sim.calls("an"), 0);
+    assert_eq!(g.vendors.calls("an"), 0);
 }
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_is_recorded() {
     let g = gateway().await;
-    g.sim.script("oa", vec![Script::StreamSlow(400)]);
+    g.vendors.script("oa", vec![Script::StreamSlow(400)]);
     let r = send(&g, SOFT, "m").await;
     let id = r
         .headers()

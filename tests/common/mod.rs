@@ -1,7 +1,9 @@
-//! Shared harness: a policy set written to a temp dir, the simulated providers, and a
+//! Shared harness: a policy set written to a temp dir, the mock vendors, and a
 //! real gateway (engine + ledger file + HTTP) on loopback.
 
 #![allow(dead_code)] // each test file uses part of the harness
+
+pub mod vendors;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,8 +12,8 @@ use std::sync::Arc;
 use purser::clock::SystemClock;
 use purser::gateway::Engine;
 use purser::ledger::{Ledger, Options};
-use purser::sim::Sim;
 use serde_json::Value;
+use vendors::Vendors;
 
 pub const ADMIN: &str = "admin-token-for-tests";
 
@@ -21,7 +23,7 @@ pub fn sha(s: &str) -> String {
 }
 
 pub struct Gateway {
-    pub sim: Sim,
+    pub vendors: Vendors,
     pub addr: SocketAddr,
     pub db: PathBuf,
     pub config: PathBuf,
@@ -29,9 +31,9 @@ pub struct Gateway {
     pub dir: tempfile::TempDir,
 }
 
-/// A provider document served by the simulator.
+/// A provider document served by the mock vendors.
 pub fn provider(
-    sim: &Sim,
+    vendors: &Vendors,
     id: &str,
     api: &str,
     jurisdiction: &str,
@@ -39,7 +41,7 @@ pub fn provider(
 ) -> String {
     let mut s = format!(
         "kind: provider\nid: {id}\napi: {api}\nbase_url: {}\njurisdiction: {jurisdiction}\ntimeout_ms: 300\nmodels:\n",
-        sim.base_url(id, api),
+        vendors.base_url(id, api),
     );
     for (m, pin, pout) in models {
         s.push_str(&format!(
@@ -50,17 +52,20 @@ pub fn provider(
 }
 
 /// Start a gateway over `docs` (joined as one multi-document file) with the admin token set.
-pub async fn start(docs: impl FnOnce(&Sim) -> Vec<String>) -> Gateway {
+pub async fn start(docs: impl FnOnce(&Vendors) -> Vec<String>) -> Gateway {
     start_with(docs, Some(ADMIN)).await
 }
 
-pub async fn start_with(docs: impl FnOnce(&Sim) -> Vec<String>, admin: Option<&str>) -> Gateway {
+pub async fn start_with(
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+    admin: Option<&str>,
+) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
-    let sim = Sim::start(0).await.unwrap();
+    let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
     let mut all = vec!["kind: gateway\ncurrency: USD\n".to_string()];
-    all.extend(docs(&sim));
+    all.extend(docs(&vendors));
     std::fs::write(config.join("set.yaml"), all.join("---\n")).unwrap();
     let plan = purser::policy::compile_dir(&config).unwrap();
     let db = dir.path().join("ledger.db");
@@ -81,7 +86,7 @@ pub async fn start_with(docs: impl FnOnce(&Sim) -> Vec<String>, admin: Option<&s
     );
     tokio::spawn(async move { axum::serve(listener, app).await });
     Gateway {
-        sim,
+        vendors,
         addr,
         db,
         config,

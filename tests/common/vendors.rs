@@ -1,0 +1,361 @@
+//! Mock vendors for the integration tests: one axum server on loopback that answers as
+//! OpenAI (`/{provider}/v1/chat/completions`), Anthropic (`/{provider}/v1/messages`)
+//! and Gemini (`/{provider}/v1beta/models/{model}:generateContent` or
+//! `:streamGenerateContent?alt=sse`), each provider following its own script.
+//!
+//! They are written here, apart from `purser::sim` (the demo's simulator), so that the
+//! adapters are tested against answers they did not produce: every answer is a
+//! fixture in the vendor's wire format (`tests/fixtures/vendors/`), and each call's
+//! key and body are kept so a test can check what purser sent.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::Value;
+
+/// One scripted answer. Once a provider's script is used up it answers normally.
+#[derive(Debug, Clone)]
+pub enum Script {
+    /// The vendor's normal answer (12 prompt and 8 completion tokens).
+    Ok,
+    /// This status and raw JSON body.
+    Status(u16, String),
+    /// Sleep this long, then answer normally (provokes the attempt timeout).
+    Delay(u64),
+    /// The vendor's 401 unless this key was presented; a normal answer otherwise.
+    RequireKey(String),
+    /// A 200 whose content the vendor blocked (filtered, refused, prompt blocked).
+    Blocked,
+    /// Status and headers of a 200 stream, then the connection drops before any byte.
+    Drop,
+    /// A streamed answer whose connection drops after this many events.
+    StreamCut(usize),
+    /// A stream whose first event is this error body.
+    StreamError(String),
+    /// This many events of a normal stream, then this error body as an event.
+    StreamErrorAfter(usize, String),
+    /// A normal stream with this many milliseconds between events.
+    StreamSlow(u64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Api {
+    Openai,
+    Anthropic,
+    Gemini,
+}
+
+impl Api {
+    fn name(self) -> &'static str {
+        match self {
+            Api::Openai => "openai",
+            Api::Anthropic => "anthropic",
+            Api::Gemini => "gemini",
+        }
+    }
+}
+
+/// What a provider was sent on one call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub key: String,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Book {
+    scripts: HashMap<String, VecDeque<Script>>,
+    calls: HashMap<String, Vec<Call>>,
+}
+
+#[derive(Clone)]
+pub struct Vendors {
+    book: Arc<Mutex<Book>>,
+    pub addr: SocketAddr,
+}
+
+impl Vendors {
+    pub async fn start() -> Vendors {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let v = Vendors {
+            book: Arc::default(),
+            addr: listener.local_addr().unwrap(),
+        };
+        let app = Router::new()
+            .route("/{provider}/v1/chat/completions", post(openai))
+            .route("/{provider}/v1/messages", post(anthropic))
+            .route("/{provider}/v1beta/models/{call}", post(gemini))
+            .with_state(v.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        v
+    }
+
+    /// The `base_url` a provider document gives for `provider` speaking `api`.
+    pub fn base_url(&self, provider: &str, api: &str) -> String {
+        match api {
+            "gemini" => format!("http://{}/{provider}/v1beta", self.addr),
+            _ => format!("http://{}/{provider}/v1", self.addr),
+        }
+    }
+
+    pub fn script(&self, provider: &str, answers: Vec<Script>) {
+        self.book
+            .lock()
+            .unwrap()
+            .scripts
+            .insert(provider.into(), answers.into());
+    }
+
+    /// How many calls `provider` received.
+    pub fn calls(&self, provider: &str) -> usize {
+        self.sent(provider).len()
+    }
+
+    /// Every call `provider` received, in order.
+    pub fn sent(&self, provider: &str) -> Vec<Call> {
+        self.book
+            .lock()
+            .unwrap()
+            .calls
+            .get(provider)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The keys `provider` was sent, in order.
+    pub fn keys_seen(&self, provider: &str) -> Vec<String> {
+        self.sent(provider).into_iter().map(|c| c.key).collect()
+    }
+
+    /// Forget every script and call.
+    pub fn reset(&self) {
+        *self.book.lock().unwrap() = Book::default();
+    }
+
+    fn take(&self, provider: &str, call: Call) -> Script {
+        let mut book = self.book.lock().unwrap();
+        book.calls.entry(provider.into()).or_default().push(call);
+        book.scripts
+            .get_mut(provider)
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(Script::Ok)
+    }
+}
+
+fn fixture(name: &str, provider: &str, model: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vendors/");
+    std::fs::read_to_string(format!("{path}{name}"))
+        .unwrap()
+        .replace("{provider}", provider)
+        .replace("{model}", model)
+}
+
+/// The events of a fixture stream, each sent as it stands with its blank line.
+fn events(api: Api, provider: &str, model: &str) -> Vec<String> {
+    fixture(&format!("{}.sse", api.name()), provider, model)
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect()
+}
+
+fn error_event(api: Api, body: &str) -> String {
+    match api {
+        Api::Anthropic => format!("event: error\ndata: {body}\n\n"),
+        Api::Openai | Api::Gemini => format!("data: {body}\n\n"),
+    }
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [("content-type", "application/json")], body).into_response()
+}
+
+/// The vendor's own 401.
+fn unauthorized(api: Api) -> Response {
+    let body = match api {
+        Api::Openai => {
+            r#"{"error":{"message":"Incorrect API key provided: sk-wrong. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#
+        }
+        Api::Anthropic => {
+            r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"},"request_id":"req_tests0001"}"#
+        }
+        Api::Gemini => {
+            r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#
+        }
+    };
+    let status = match api {
+        // Gemini answers a bad key with 400 INVALID_ARGUMENT, not 401.
+        Api::Gemini => StatusCode::BAD_REQUEST,
+        Api::Openai | Api::Anthropic => StatusCode::UNAUTHORIZED,
+    };
+    json(status, body.into())
+}
+
+/// An SSE answer: `cut_after` drops the connection after that many events (the cut
+/// waits a moment so the events before it reach the client first); `gap_ms` spaces
+/// the events.
+fn sse(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> Response {
+    let body = async_stream(events, cut_after, gap_ms);
+    (
+        [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+fn async_stream(
+    events: Vec<String>,
+    cut_after: Option<usize>,
+    gap_ms: u64,
+) -> impl futures_util::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for (i, e) in events.into_iter().enumerate() {
+            if cut_after == Some(i) {
+                break;
+            }
+            if gap_ms > 0 && i > 0 {
+                tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+            }
+            if tx.send(Ok(bytes::Bytes::from(e))).await.is_err() {
+                return; // the client went away
+            }
+        }
+        if cut_after.is_some() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = tx.send(Err(std::io::Error::other("connection cut"))).await;
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+}
+
+async fn answer(
+    v: Vendors,
+    api: Api,
+    provider: String,
+    key: String,
+    body: Value,
+    model: String,
+    stream: bool,
+) -> Response {
+    let normal = |provider: &str, model: &str| {
+        if stream {
+            sse(events(api, provider, model), None, 0)
+        } else {
+            json(
+                StatusCode::OK,
+                fixture(&format!("{}.json", api.name()), provider, model),
+            )
+        }
+    };
+    let script = v.take(
+        &provider,
+        Call {
+            key: key.clone(),
+            body,
+        },
+    );
+    match script {
+        Script::Ok => normal(&provider, &model),
+        Script::Status(status, body) => json(StatusCode::from_u16(status).unwrap(), body),
+        Script::Delay(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            normal(&provider, &model)
+        }
+        Script::RequireKey(k) if k == key => normal(&provider, &model),
+        Script::RequireKey(_) => unauthorized(api),
+        Script::Blocked => json(
+            StatusCode::OK,
+            fixture(&format!("{}-blocked.json", api.name()), &provider, &model),
+        ),
+        Script::Drop => sse(vec![], Some(0), 0),
+        Script::StreamCut(n) => sse(events(api, &provider, &model), Some(n), 0),
+        Script::StreamError(body) => sse(vec![error_event(api, &body)], None, 0),
+        Script::StreamErrorAfter(n, body) => {
+            let mut evs: Vec<String> = events(api, &provider, &model).into_iter().take(n).collect();
+            evs.push(error_event(api, &body));
+            sse(evs, None, 0)
+        }
+        Script::StreamSlow(ms) => sse(events(api, &provider, &model), None, ms),
+    }
+}
+
+fn header(h: &HeaderMap, name: &str) -> String {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn openai(
+    State(v): State<Vendors>,
+    Path(provider): Path<String>,
+    h: HeaderMap,
+    body: axum::Json<Value>,
+) -> Response {
+    let key = header(&h, "authorization")
+        .trim_start_matches("Bearer ")
+        .to_string();
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    answer(v, Api::Openai, provider, key, body.0, model, stream).await
+}
+
+async fn anthropic(
+    State(v): State<Vendors>,
+    Path(provider): Path<String>,
+    h: HeaderMap,
+    body: axum::Json<Value>,
+) -> Response {
+    let key = header(&h, "x-api-key");
+    let model = body["model"].as_str().unwrap_or_default().to_string();
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    answer(v, Api::Anthropic, provider, key, body.0, model, stream).await
+}
+
+/// Gemini names the model and the method in the path: `{model}:generateContent`.
+async fn gemini(
+    State(v): State<Vendors>,
+    Path((provider, call)): Path<(String, String)>,
+    h: HeaderMap,
+    body: axum::Json<Value>,
+) -> Response {
+    let key = header(&h, "x-goog-api-key");
+    let (model, method) = call.split_once(':').unwrap_or((&call, ""));
+    let stream = match method {
+        "streamGenerateContent" => true,
+        "generateContent" => false,
+        other => {
+            return json(
+                StatusCode::NOT_FOUND,
+                format!(
+                    r#"{{"error":{{"code":404,"message":"unknown method {other}","status":"NOT_FOUND"}}}}"#
+                ),
+            );
+        }
+    };
+    answer(
+        v,
+        Api::Gemini,
+        provider,
+        key,
+        body.0,
+        model.to_string(),
+        stream,
+    )
+    .await
+}
