@@ -371,3 +371,47 @@ async fn each_adapter_sends_the_vendors_own_request_shape() {
         }
     }
 }
+
+/// A vendor that reads the request and closes the connection without answering: the
+/// call may have been processed, so it is `maybe_billed`. A soft request moves to the
+/// alternate; a hard one has had its one potentially billable attempt.
+#[tokio::test]
+async fn a_connection_dropped_before_any_answer() {
+    let g = common::start(|vendors| {
+        vec![
+            provider(vendors, "gone", "openai", "us", &[("m", "0.15", "0.60")])
+                .replace(&vendors.base_url("gone", "openai"), &vendors.hangup_url()),
+            provider(vendors, "alt", "openai", "us", &[("m", "0.25", "1.25")]),
+            format!(
+                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
+                sha(SOFT)
+            ),
+            format!(
+                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
+                sha(HARD)
+            ),
+        ]
+    })
+    .await;
+
+    let (got, id, v) = g.chat(SOFT, "m").await;
+    assert_eq!(got, 200, "{v}");
+    assert_eq!((g.vendors.hangups(), g.vendors.calls("alt")), (1, 1));
+    let r = row(&g, &id.unwrap());
+    assert_eq!(
+        trail(&r),
+        [
+            t("gone", "dropped", "failover"),
+            t("alt", "success", "served")
+        ]
+    );
+    assert_eq!(r.attempts[0].billing, "maybe_billed");
+
+    let (got, id, v) = g.chat(HARD, "m").await;
+    assert_eq!(got, 502, "{v}");
+    assert_eq!(v["error"]["code"], "dropped");
+    assert_eq!((g.vendors.hangups(), g.vendors.calls("alt")), (2, 1));
+    let r = row(&g, &id.unwrap());
+    assert_eq!(trail(&r), [t("gone", "dropped", "stop")]);
+    assert_eq!(r.outcome, "failed");
+}

@@ -1,6 +1,6 @@
 //! The gateway over real HTTP on loopback against the mock vendors
-//! (tests/common/vendors.rs): one test per DESIGN 5 rule, each checking what the client got, how many calls each provider
-//! received, and the ledger rows.
+//! (tests/common/vendors.rs): one test per DESIGN 5 rule, each checking what the
+//! client got, how many calls each provider received, and the ledger rows.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
 

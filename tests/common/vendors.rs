@@ -1,7 +1,8 @@
 //! Mock vendors for the integration tests: one axum server on loopback that answers as
 //! OpenAI (`/{provider}/v1/chat/completions`), Anthropic (`/{provider}/v1/messages`)
 //! and Gemini (`/{provider}/v1beta/models/{model}:generateContent` or
-//! `:streamGenerateContent?alt=sse`), each provider following its own script.
+//! `:streamGenerateContent?alt=sse`), each provider following its own script; and
+//! beside it a bare TCP server that hangs up on every request before answering.
 //!
 //! They are written here, apart from `purser::sim` (the demo's simulator), so that the
 //! adapters are tested against answers they did not produce: every answer is a
@@ -80,15 +81,45 @@ struct Book {
 pub struct Vendors {
     book: Arc<Mutex<Book>>,
     pub addr: SocketAddr,
+    /// A server that reads each request and closes the connection without a byte
+    /// of answer (a crashed vendor or a proxy in between); `hangups` counts them.
+    hangup: SocketAddr,
+    hangups: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Vendors {
     pub async fn start() -> Vendors {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hangup = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let v = Vendors {
             book: Arc::default(),
             addr: listener.local_addr().unwrap(),
+            hangup: hangup.local_addr().unwrap(),
+            hangups: Arc::default(),
         };
+        let count = v.hangups.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            while let Ok((mut conn, _)) = hangup.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    // Read until the end of the headers, then hang up.
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(conn);
+                });
+            }
+        });
         let app = Router::new()
             .route("/{provider}/v1/chat/completions", post(openai))
             .route("/{provider}/v1/messages", post(anthropic))
@@ -133,6 +164,16 @@ impl Vendors {
     /// The keys `provider` was sent, in order.
     pub fn keys_seen(&self, provider: &str) -> Vec<String> {
         self.sent(provider).into_iter().map(|c| c.key).collect()
+    }
+
+    /// The `base_url` of a vendor that hangs up on every call.
+    pub fn hangup_url(&self) -> String {
+        format!("http://{}/v1", self.hangup)
+    }
+
+    /// Calls the hanging-up vendor received.
+    pub fn hangups(&self) -> usize {
+        self.hangups.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Forget every script and call.
