@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use super::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 3] = [
+pub const MIGRATIONS: [(u32, &str, &str); 4] = [
     (
         1,
         "0001_init",
@@ -21,6 +21,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 3] = [
         3,
         "0003_audit",
         include_str!("../../migrations/0003_audit.sql"),
+    ),
+    (
+        4,
+        "0004_reservations_in_requests",
+        include_str!("../../migrations/0004_reservations_in_requests.sql"),
     ),
 ];
 

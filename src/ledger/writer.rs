@@ -245,7 +245,7 @@ fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), 
     done.and(r)
 }
 
-/// Budget windows and held reservations, kept in memory by the one writer so that an
+/// Budget windows and what in-flight requests hold in them, kept in memory by the one writer so that an
 /// admission and a settlement need not read them back: each window touched by a
 /// group is written once, when the group commits. The copy is dropped whenever it may
 /// be wrong: after a rollback, and when another connection (`purser settle`) has
@@ -364,7 +364,9 @@ fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<(), LedgerErr
             Some(a) => begin_attempt(tx, a),
             None => Ok(()),
         }),
-        Op::Refusal { req, error_code } => insert_request(tx, req, "refused", Some(error_code)),
+        Op::Refusal { req, error_code } => {
+            insert_request(tx, req, "refused", Some(error_code), None)
+        }
         Op::BeginAttempt(a) => begin_attempt(tx, a),
         Op::FinishAttempt(r) => finish_attempt(tx, r),
         Op::FinishRequest(r) => finish_request(tx, books, r),
@@ -378,11 +380,12 @@ fn insert_request(
     r: &NewRequest,
     outcome: &str,
     error_code: Option<&str>,
+    reserved_in: Option<&str>,
 ) -> Result<(), LedgerError> {
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, ledger_seq)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, (SELECT COALESCE(MAX(ledger_seq), 0) + 1 FROM requests))",
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ledger_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, (SELECT COALESCE(MAX(ledger_seq), 0) + 1 FROM requests))",
     )?
     .execute(params![
         r.id,
@@ -397,6 +400,7 @@ fn insert_request(
         r.worst_case.to_string(),
         outcome,
         error_code,
+        reserved_in,
     ])?;
     Ok(())
 }
@@ -427,7 +431,7 @@ fn admit(
         }
         let (spent, reserved) = (w.spent, w.reserved);
         if spent + reserved + req.worst_case > b.limit {
-            insert_request(tx, req, "refused", Some("budget_exhausted"))?;
+            insert_request(tx, req, "refused", Some("budget_exhausted"), None)?;
             return Err(LedgerError::BudgetExhausted {
                 policy: req.policy.clone(),
                 period: b.period.as_str(),
@@ -440,11 +444,10 @@ fn admit(
         }
         keys.push(key);
     }
-    insert_request(tx, req, "in_flight", None)?;
+    let reserved_in = (!keys.is_empty()).then(|| reserved_in(&keys));
+    insert_request(tx, req, "in_flight", None, reserved_in.as_deref())?;
     let mut held = Vec::with_capacity(keys.len());
     for key in keys {
-        tx.prepare_cached("INSERT INTO reservations (request_id, policy, period, window_start, amount, state) VALUES (?1, ?2, ?3, ?4, ?5, 'held')")?
-            .execute(params![req.id, key.policy, key.period, key.start, req.worst_case.to_string()])?;
         let w = books.window(tx, &key)?;
         w.reserved = w.reserved + req.worst_case;
         w.dirty = true;
@@ -494,54 +497,77 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
     Ok(())
 }
 
-/// Replace the request's reservations in `states` with `charged`.
+/// A request's reservation is its worst case, held in the budget windows it names in
+/// `requests.reserved_in` ("day@<start> month@<start>"): in `reserved` while it is in
+/// flight, moved to `spent` when recovery found it interrupted, and cleared (NULL)
+/// once settled. It lives in the request row, which admission writes anyway: a table
+/// of its own cost two more B-tree writes per request.
+fn reserved_in(keys: &[WindowKey]) -> String {
+    keys.iter()
+        .map(|k| format!("{}@{}", k.period, k.start))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn reserved_windows(policy: &str, reserved_in: &str) -> Result<Vec<WindowKey>, LedgerError> {
+    reserved_in
+        .split(' ')
+        .map(|w| {
+            let (period, start) = w
+                .split_once('@')
+                .ok_or_else(|| LedgerError::Corrupt(format!("reserved_in `{reserved_in}`")))?;
+            Ok(WindowKey {
+                policy: policy.to_string(),
+                period: period.to_string(),
+                start: start.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What a request still holds in its budget windows, as stored.
+struct Holding {
+    windows: Vec<WindowKey>,
+    amount: Money,
+    /// Moved to `spent` by recovery, rather than held in `reserved`.
+    interrupted: bool,
+}
+
+fn holding(tx: &Connection, request_id: &str) -> Result<Option<Holding>, LedgerError> {
+    let row: Option<(String, String, Option<String>, String)> = tx
+        .prepare_cached(
+            "SELECT policy, worst_case, reserved_in, outcome FROM requests WHERE id = ?1",
+        )?
+        .query_row(params![request_id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .optional()?;
+    let Some((policy, worst, Some(reserved_in), outcome)) = row else {
+        return Ok(None);
+    };
+    Ok(Some(Holding {
+        windows: reserved_windows(&policy, &reserved_in)?,
+        amount: money_col(worst)?,
+        interrupted: outcome == "interrupted",
+    }))
+}
+
+/// Replace what the request holds in its budget windows with `charged`.
 fn release(
-    tx: &Connection,
     books: &mut Books,
-    request_id: &str,
+    tx: &Connection,
+    h: Holding,
     charged: Money,
-    states: &[&str],
 ) -> Result<(), LedgerError> {
-    let remembered = match states {
-        ["held"] => books.held.remove(request_id),
-        _ => None,
-    };
-    let rows: Vec<(WindowKey, Money, bool)> = match remembered {
-        Some(held) => held
-            .into_iter()
-            .map(|(k, amount)| (k, amount, true))
-            .collect(),
-        None => {
-            let stored: Vec<(String, String, String, String, String)> = tx
-                .prepare_cached("SELECT policy, period, window_start, amount, state FROM reservations WHERE request_id = ?1")?
-                .query_map(params![request_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))?
-                .collect::<Result<_, _>>()?;
-            let mut rows = Vec::with_capacity(stored.len());
-            for (policy, period, start, amount, state) in stored {
-                if states.contains(&state.as_str()) {
-                    let key = WindowKey {
-                        policy,
-                        period,
-                        start,
-                    };
-                    rows.push((key, money_col(amount)?, state == "held"));
-                }
-            }
-            rows
-        }
-    };
-    for (key, amount, held) in rows {
+    for key in h.windows {
         let w = books.window(tx, &key)?;
-        if held {
-            w.reserved = w.reserved.saturating_sub(amount);
+        if h.interrupted {
+            w.spent = w.spent.saturating_sub(h.amount);
         } else {
-            // An interrupted reservation was moved to spent at recovery.
-            w.spent = w.spent.saturating_sub(amount);
+            w.reserved = w.reserved.saturating_sub(h.amount);
         }
         w.spent = w.spent + charged;
         w.dirty = true;
-        tx.prepare_cached("UPDATE reservations SET state = 'settled', amount = ?3 WHERE request_id = ?1 AND period = ?2")?
-            .execute(params![request_id, key.period, charged.to_string()])?;
     }
     Ok(())
 }
@@ -551,13 +577,24 @@ fn finish_request(
     books: &mut Books,
     r: &RequestResult,
 ) -> Result<(), LedgerError> {
+    let held = match books.held.remove(&r.request_id) {
+        Some(held) => Some(Holding {
+            amount: held.first().map_or(Money::ZERO, |(_, a)| *a),
+            windows: held.into_iter().map(|(k, _)| k).collect(),
+            interrupted: false,
+        }),
+        None => holding(tx, &r.request_id)?,
+    };
     let n = tx
-        .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5 WHERE id = ?1")?
+        .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5, reserved_in = NULL WHERE id = ?1")?
         .execute(params![r.request_id, r.outcome.as_str(), r.error_code, r.served_by, r.cost.to_string()])?;
     if n == 0 {
         return Err(LedgerError::UnknownRequest(r.request_id.clone()));
     }
-    release(tx, books, &r.request_id, r.charged, &["held"])
+    match held {
+        Some(h) => release(books, tx, h, r.charged),
+        None => Ok(()),
+    }
 }
 
 /// Operator settlement of an interrupted request: `cost` is what its interrupted
@@ -594,12 +631,8 @@ pub(super) fn settle(
         .prepare("SELECT seq FROM attempts WHERE request_id = ?1 AND state = 'interrupted' AND billing = 'maybe_billed' ORDER BY seq")?
         .query_map(params![request_id], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
-    let unsettled: i64 = tx.query_row(
-        "SELECT count(*) FROM reservations WHERE request_id = ?1 AND state IN ('interrupted', 'held')",
-        params![request_id],
-        |r| r.get(0),
-    )?;
-    if open.is_empty() && unsettled == 0 {
+    let held = holding(tx, request_id)?;
+    if open.is_empty() && held.is_none() {
         return Err(not_settleable("it is already settled".into()));
     }
     if open.is_empty() && cost.is_positive() {
@@ -625,10 +658,13 @@ pub(super) fn settle(
     )?;
     let total = money_col(total)?;
     tx.execute(
-        "UPDATE requests SET cost = ?2 WHERE id = ?1",
+        "UPDATE requests SET cost = ?2, reserved_in = NULL WHERE id = ?1",
         params![request_id, total.to_string()],
     )?;
-    release(tx, books, request_id, total, &["interrupted", "held"])
+    match held {
+        Some(h) => release(books, tx, h, total),
+        None => Ok(()),
+    }
 }
 
 /// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and
@@ -647,29 +683,19 @@ pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     for id in &ids {
+        // Still in flight here, so what it holds is in `reserved`: move it to spent.
+        if let Some(h) = holding(&tx, id)? {
+            for key in h.windows {
+                let w = books.window(&tx, &key)?;
+                w.spent = w.spent + h.amount;
+                w.reserved = w.reserved.saturating_sub(h.amount);
+                w.dirty = true;
+            }
+        }
         tx.execute(
             "UPDATE requests SET outcome = 'interrupted' WHERE id = ?1",
             params![id],
         )?;
-        let held: Vec<(String, String, String, String)> = tx
-            .prepare("SELECT policy, period, window_start, amount FROM reservations WHERE request_id = ?1 AND state = 'held'")?
-            .query_map(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-            .collect::<Result<_, _>>()?;
-        for (policy, period, start, amount) in held {
-            let amount = money_col(amount)?;
-            let w = books.window(
-                &tx,
-                &WindowKey {
-                    policy,
-                    period: period.clone(),
-                    start,
-                },
-            )?;
-            w.spent = w.spent + amount;
-            w.reserved = w.reserved.saturating_sub(amount);
-            w.dirty = true;
-            tx.execute("UPDATE reservations SET state = 'interrupted' WHERE request_id = ?1 AND period = ?2", params![id, period])?;
-        }
     }
     books.write(&tx)?;
     tx.commit()?;
