@@ -253,8 +253,8 @@ fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), 
 #[derive(Default)]
 pub(super) struct Books {
     windows: HashMap<WindowKey, Window>,
-    /// Reservations held by requests still in flight, as admitted by this writer.
-    held: HashMap<String, Vec<(WindowKey, Money)>>,
+    /// What requests still in flight hold, as admitted by this writer.
+    held: HashMap<String, Holding>,
     /// SQLite's `data_version` when the books were last known right.
     seen: Option<i64>,
 }
@@ -446,15 +446,18 @@ fn admit(
     }
     let reserved_in = (!keys.is_empty()).then(|| reserved_in(&keys));
     insert_request(tx, req, "in_flight", None, reserved_in.as_deref())?;
-    let mut held = Vec::with_capacity(keys.len());
-    for key in keys {
-        let w = books.window(tx, &key)?;
+    for key in &keys {
+        let w = books.window(tx, key)?;
         w.reserved = w.reserved + req.worst_case;
         w.dirty = true;
-        held.push((key, req.worst_case));
     }
-    if !held.is_empty() {
-        books.held.insert(req.id.clone(), held);
+    if !keys.is_empty() {
+        let h = Holding {
+            windows: keys,
+            amount: req.worst_case,
+            interrupted: false,
+        };
+        books.held.insert(req.id.clone(), h);
     }
     Ok(())
 }
@@ -578,11 +581,7 @@ fn finish_request(
     r: &RequestResult,
 ) -> Result<(), LedgerError> {
     let held = match books.held.remove(&r.request_id) {
-        Some(held) => Some(Holding {
-            amount: held.first().map_or(Money::ZERO, |(_, a)| *a),
-            windows: held.into_iter().map(|(k, _)| k).collect(),
-            interrupted: false,
-        }),
+        Some(h) => Some(h),
         None => holding(tx, &r.request_id)?,
     };
     let n = tx
