@@ -1,6 +1,7 @@
 //! Simulated providers on loopback, speaking the OpenAI, Anthropic and Gemini shapes,
-//! with per-provider scripts (statuses, bodies, delays, key checks). Used by
-//! `purser demo` and by the integration tests.
+//! with per-provider scripts (statuses, bodies, delays, key checks), for `purser demo`.
+//! (The integration tests have mock vendors of their own, `tests/common/vendors.rs`,
+//! so that the adapters are not tested against this module's idea of each API.)
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -25,23 +26,11 @@ pub enum Script {
     Delay(u64),
     /// 401 unless the key presented is this one; a normal answer otherwise.
     RequireKey(String),
-    /// 200 with headers, then the connection is cut before any body byte.
-    Drop,
-    /// A streamed answer cut (connection dropped) after this many events.
-    StreamCut(usize),
-    /// A streamed answer whose first event is this error body (an error event).
-    StreamError(String),
-    /// This many content events, then this error body as an event.
-    StreamErrorAfter(usize, String),
-    /// A normal streamed answer with this many milliseconds between events.
-    StreamSlow(u64),
 }
 
 #[derive(Default)]
 struct Inner {
     scripts: HashMap<String, VecDeque<Script>>,
-    calls: HashMap<String, usize>,
-    keys: HashMap<String, Vec<String>>,
 }
 
 /// Handle to a running simulator.
@@ -92,36 +81,8 @@ impl Sim {
         g.scripts.insert(provider.to_string(), answers.into());
     }
 
-    /// Calls `provider` has received.
-    pub fn calls(&self, provider: &str) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .calls
-            .get(provider)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    /// Keys `provider` has been sent, in order.
-    pub fn keys_seen(&self, provider: &str) -> Vec<String> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys
-            .get(provider)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    pub fn reset(&self) {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Inner::default();
-    }
-
-    fn next(&self, provider: &str, key: String) -> Script {
+    fn next(&self, provider: &str) -> Script {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        *g.calls.entry(provider.to_string()).or_default() += 1;
-        g.keys.entry(provider.to_string()).or_default().push(key);
         g.scripts
             .get_mut(provider)
             .and_then(VecDeque::pop_front)
@@ -178,29 +139,17 @@ async fn answer(
     let key = key_of(api, &headers);
     let ok = |api, provider: &str, model: &str| {
         if stream {
-            sse_response(ok_events(api, provider, model), None, 0)
+            sse_response(ok_events(api, provider, model))
         } else {
             axum::Json(ok_body(api, provider, model)).into_response()
         }
     };
-    match sim.next(&provider, key.clone()) {
+    match sim.next(&provider) {
         Script::Ok => ok(api, &provider, &model),
         Script::Delay(ms) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             ok(api, &provider, &model)
         }
-        Script::Drop => sse_response(vec![], Some(0), 0),
-        Script::StreamCut(n) => sse_response(ok_events(api, &provider, &model), Some(n), 0),
-        Script::StreamError(body) => sse_response(vec![error_event(api, &body)], None, 0),
-        Script::StreamErrorAfter(n, body) => {
-            let mut events: Vec<String> = ok_events(api, &provider, &model)
-                .into_iter()
-                .take(n)
-                .collect();
-            events.push(error_event(api, &body));
-            sse_response(events, None, 0)
-        }
-        Script::StreamSlow(ms) => sse_response(ok_events(api, &provider, &model), None, ms),
         Script::Status(s, body) => (
             StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             [("content-type", "application/json")],
@@ -286,40 +235,12 @@ fn ok_events(api: Api, provider: &str, model: &str) -> Vec<String> {
     }
 }
 
-/// An error body as `api` sends it inside a stream.
-fn error_event(api: Api, body: &str) -> String {
-    match api {
-        Api::Anthropic => format!("event: error\ndata: {body}\n\n"),
-        Api::Openai | Api::Gemini => format!("data: {body}\n\n"),
-    }
-}
-
-/// An SSE response of `events`; `cut_after` drops the connection after that many,
-/// `gap_ms` waits between events.
-fn sse_response(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> Response {
-    let total = events.len();
-    let body = futures_util::stream::unfold(
-        (events.into_iter(), 0usize),
-        move |(mut it, i)| async move {
-            if cut_after == Some(i) && i <= total {
-                // Let what was sent reach the client first: the cut comes after it.
-                if i > 0 {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                return Some((
-                    Err(std::io::Error::other("simulated cut")),
-                    (it, usize::MAX),
-                ));
-            }
-            if i == usize::MAX {
-                return None;
-            }
-            if gap_ms > 0 && i > 0 {
-                tokio::time::sleep(Duration::from_millis(gap_ms)).await;
-            }
-            it.next()
-                .map(|e| (Ok::<_, std::io::Error>(bytes::Bytes::from(e)), (it, i + 1)))
-        },
+/// An SSE response of `events`.
+fn sse_response(events: Vec<String>) -> Response {
+    let body = futures_util::stream::iter(
+        events
+            .into_iter()
+            .map(|e| Ok::<_, std::io::Error>(bytes::Bytes::from(e))),
     );
     (
         [("content-type", "text/event-stream")],
