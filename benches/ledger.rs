@@ -19,6 +19,49 @@ use purser::policy::plan::{Mode, Period};
 
 const WRITERS: usize = 64;
 
+fn request(id: &str, now: time::OffsetDateTime, cost: Money) -> NewRequest {
+    NewRequest {
+        id: id.into(),
+        received_at: now,
+        client: "bench".into(),
+        policy: "bench".into(),
+        plan_id: "bench".into(),
+        model: "m".into(),
+        mode: Mode::Hard,
+        ceiling: "1".parse().unwrap(),
+        worst_case: cost,
+    }
+}
+
+fn attempt(id: &str, seq: u32, now: time::OffsetDateTime, cost: Money) -> NewAttempt {
+    NewAttempt {
+        request_id: id.into(),
+        seq,
+        provider: "p".into(),
+        upstream_model: "m".into(),
+        jurisdiction: "us".into(),
+        started_at: now,
+        worst_case: cost,
+    }
+}
+
+fn success(id: &str, seq: u32, now: time::OffsetDateTime, cost: Money) -> AttemptResult {
+    AttemptResult {
+        request_id: id.into(),
+        seq,
+        finished_at: now,
+        status: Some(200),
+        class: "success".into(),
+        billing: Billing::Billed,
+        decision: "served".into(),
+        reason: "a complete answer".into(),
+        input_tokens: Some(100),
+        output_tokens: Some(50),
+        cost,
+        message: None,
+    }
+}
+
 async fn run(sync: Sync, per_writer: u32) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let (l, _) = Ledger::open(
@@ -32,22 +75,8 @@ async fn run(sync: Sync, per_writer: u32) -> f64 {
     let l = Arc::new(l);
     let cost: Money = "0.000123".parse().unwrap();
     for w in 0..WRITERS {
-        l.admit(
-            NewRequest {
-                id: format!("req-{w}"),
-                received_at: time::OffsetDateTime::now_utc(),
-                client: "bench".into(),
-                policy: "bench".into(),
-                plan_id: "bench".into(),
-                model: "m".into(),
-                mode: Mode::Soft,
-                ceiling: "1".parse().unwrap(),
-                worst_case: cost,
-            },
-            vec![],
-        )
-        .await
-        .unwrap();
+        let r = request(&format!("req-{w}"), time::OffsetDateTime::now_utc(), cost);
+        l.admit(r, vec![]).await.unwrap();
     }
     let start = Instant::now();
     let mut tasks = vec![];
@@ -57,33 +86,10 @@ async fn run(sync: Sync, per_writer: u32) -> f64 {
             let id = format!("req-{w}");
             for seq in 1..=per_writer {
                 let now = time::OffsetDateTime::now_utc();
-                l.begin_attempt(NewAttempt {
-                    request_id: id.clone(),
-                    seq,
-                    provider: "p".into(),
-                    upstream_model: "m".into(),
-                    jurisdiction: "us".into(),
-                    started_at: now,
-                    worst_case: cost,
-                })
-                .await
-                .unwrap();
-                l.finish_attempt(AttemptResult {
-                    request_id: id.clone(),
-                    seq,
-                    finished_at: now,
-                    status: Some(200),
-                    class: "success".into(),
-                    billing: Billing::Billed,
-                    decision: "served".into(),
-                    reason: "a complete answer".into(),
-                    input_tokens: Some(100),
-                    output_tokens: Some(50),
-                    cost,
-                    message: None,
-                })
-                .await
-                .unwrap();
+                l.begin_attempt(attempt(&id, seq, now, cost)).await.unwrap();
+                l.finish_attempt(success(&id, seq, now, cost))
+                    .await
+                    .unwrap();
             }
         }));
     }
@@ -108,60 +114,26 @@ async fn requests(per_writer: u32) -> f64 {
             for _ in 0..per_writer {
                 let id = ulid::Ulid::generate().to_string();
                 let now = time::OffsetDateTime::now_utc();
+                let day = BudgetLimit {
+                    period: Period::Day,
+                    limit: "1000000".parse().unwrap(),
+                };
                 l.admit_with_attempt(
-                    NewRequest {
-                        id: id.clone(),
-                        received_at: now,
-                        client: "bench".into(),
-                        policy: "bench".into(),
-                        plan_id: "bench".into(),
-                        model: "m".into(),
-                        mode: Mode::Hard,
-                        ceiling: "1".parse().unwrap(),
-                        worst_case: cost,
-                    },
-                    vec![BudgetLimit {
-                        period: Period::Day,
-                        limit: "1000000".parse().unwrap(),
-                    }],
-                    NewAttempt {
-                        request_id: id.clone(),
-                        seq: 1,
-                        provider: "p".into(),
-                        upstream_model: "m".into(),
-                        jurisdiction: "us".into(),
-                        started_at: now,
-                        worst_case: cost,
-                    },
+                    request(&id, now, cost),
+                    vec![day],
+                    attempt(&id, 1, now, cost),
                 )
                 .await
                 .unwrap();
-                l.finish(
-                    AttemptResult {
-                        request_id: id.clone(),
-                        seq: 1,
-                        finished_at: now,
-                        status: Some(200),
-                        class: "success".into(),
-                        billing: Billing::Billed,
-                        decision: "served".into(),
-                        reason: "a complete answer".into(),
-                        input_tokens: Some(100),
-                        output_tokens: Some(50),
-                        cost,
-                        message: None,
-                    },
-                    RequestResult {
-                        request_id: id,
-                        outcome: Outcome::Served,
-                        error_code: None,
-                        served_by: Some("p".into()),
-                        cost,
-                        charged: cost,
-                    },
-                )
-                .await
-                .unwrap();
+                let done = RequestResult {
+                    request_id: id.clone(),
+                    outcome: Outcome::Served,
+                    error_code: None,
+                    served_by: Some("p".into()),
+                    cost,
+                    charged: cost,
+                };
+                l.finish(success(&id, 1, now, cost), done).await.unwrap();
             }
         }));
     }
