@@ -1,11 +1,11 @@
 //! The writer: applies operations in groups, one transaction per group; a group
 //! spoiled by one failing operation is redone one operation per transaction.
 
-use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, TryLockError};
 
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::{
@@ -245,9 +245,9 @@ fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), 
     done.and(r)
 }
 
-/// Budget windows and what in-flight requests hold in them, kept in memory by the one writer so that an
-/// admission and a settlement need not read them back: each window touched by a
-/// group is written once, when the group commits. The copy is dropped whenever it may
+/// Budget windows and what in-flight requests hold in them, kept in memory by the one
+/// writer so that an admission and a settlement need not read them back: each window
+/// touched by a group is written once, when the group commits. The copy is dropped whenever it may
 /// be wrong: after a rollback, and when another connection (`purser settle`) has
 /// written to the file since this one last looked.
 #[derive(Default)]
