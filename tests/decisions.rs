@@ -20,29 +20,31 @@ const HARD: &str = "key-dec-hard";
 /// is an alternate no hard request fits.
 async fn gateway() -> Gateway {
     common::start(|vendors| {
-        let same = provider(vendors, "same", "openai", "us", &[("m", "0.20", "0.80")])
-            .replace(&vendors.base_url("same", "openai"), &vendors.base_url("a", "openai"));
+        let same = provider(vendors, "same", "openai", "us", &[("m", "0.20", "0.80")]).replace(
+            &vendors.base_url("same", "openai"),
+            &vendors.base_url("a", "openai"),
+        );
         vec![
             provider(vendors, "a", "openai", "us", &[("m", "0.15", "0.60")]),
             provider(vendors, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
             provider(vendors, "c", "gemini", "us", &[("m", "0.30", "1.50")]),
             same,
             provider(vendors, "pricey", "anthropic", "us", &[("m", "500", "500")]),
-            format!(
-                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
-                sha(SOFT)
-            ),
-            format!(
-                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: pricey/m\n",
-                sha(HARD)
-            ),
-            format!(
-                "kind: policy\nid: twin\nclients:\n  - {{ id: t, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: same/m\n",
-                sha("key-dec-twin")
-            ),
+            policy("soft", "s", SOFT, "soft", "b"),
+            policy("hard", "h", HARD, "hard", "pricey"),
+            policy("twin", "t", "key-dec-twin", "soft", "same"),
         ]
     })
     .await
+}
+
+/// A policy document for model `m` in the US with a 0.05 ceiling in `mode`, one
+/// client holding `key`, and `alternate` as the alternate.
+fn policy(id: &str, client: &str, key: &str, mode: &str, alternate: &str) -> String {
+    format!(
+        "kind: policy\nid: {id}\nclients:\n  - {{ id: {client}, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: {mode} }}\nmax_output_tokens: 100\nalternates:\n  m: {alternate}/m\n",
+        sha(key)
+    )
 }
 
 fn row(g: &Gateway, id: &str) -> RequestRow {
@@ -252,10 +254,7 @@ async fn a_refused_connection_fails_over_and_is_not_billed() {
         vec![
             dead,
             provider(vendors, "b", "anthropic", "us", &[("m", "0.25", "1.25")]),
-            format!(
-                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: b/m\n",
-                sha(HARD)
-            ),
+            policy("hard", "h", HARD, "hard", "b"),
         ]
     })
     .await;
@@ -283,10 +282,7 @@ async fn one_vendor(api: &str) -> Gateway {
         vec![
             provider(vendors, "p", &api, "us", &[("m", "0.15", "0.60")]),
             provider(vendors, "alt", "openai", "us", &[("m", "0.25", "1.25")]),
-            format!(
-                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
-                sha(SOFT)
-            ),
+            policy("soft", "s", SOFT, "soft", "alt"),
         ]
     })
     .await
@@ -382,14 +378,8 @@ async fn a_connection_dropped_before_any_answer() {
             provider(vendors, "gone", "openai", "us", &[("m", "0.15", "0.60")])
                 .replace(&vendors.base_url("gone", "openai"), &vendors.hangup_url()),
             provider(vendors, "alt", "openai", "us", &[("m", "0.25", "1.25")]),
-            format!(
-                "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: soft }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
-                sha(SOFT)
-            ),
-            format!(
-                "kind: policy\nid: hard\nclients:\n  - {{ id: h, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.05\", mode: hard }}\nmax_output_tokens: 100\nalternates:\n  m: alt/m\n",
-                sha(HARD)
-            ),
+            policy("soft", "s", SOFT, "soft", "alt"),
+            policy("hard", "h", HARD, "hard", "alt"),
         ]
     })
     .await;
