@@ -53,17 +53,20 @@ async fn send(g: &Gateway, key: &str, model: &str) -> reqwest::Response {
         .unwrap()
 }
 
-/// Status, request id, and the SSE data payloads in order.
-async fn stream(g: &Gateway, key: &str, model: &str) -> (u16, String, Vec<String>) {
-    let r = send(g, key, model).await;
-    let status = r.status().as_u16();
-    let id = r
-        .headers()
+fn request_id(r: &reqwest::Response) -> String {
+    r.headers()
         .get("x-purser-request-id")
         .unwrap()
         .to_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// Status, request id, and the SSE data payloads in order.
+async fn stream(g: &Gateway, key: &str, model: &str) -> (u16, String, Vec<String>) {
+    let r = send(g, key, model).await;
+    let status = r.status().as_u16();
+    let id = request_id(&r);
     let text = r.text().await.unwrap_or_default();
     let data = text
         .lines()
@@ -288,13 +291,7 @@ async fn a_client_that_disconnects_mid_stream_is_recorded() {
     let g = gateway().await;
     g.vendors.script("oa", vec![Script::StreamSlow(400)]);
     let r = send(&g, SOFT, "m").await;
-    let id = r
-        .headers()
-        .get("x-purser-request-id")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .to_string();
+    let id = request_id(&r);
     let mut chunks = r.bytes_stream();
     let first = chunks.next().await.unwrap().unwrap();
     assert!(String::from_utf8_lossy(&first).contains("Hello from "));
