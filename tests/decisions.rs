@@ -15,6 +15,9 @@ use purser::ledger::read::RequestRow;
 
 const SOFT: &str = "key-dec-soft";
 const HARD: &str = "key-dec-hard";
+/// OpenAI's 429 for too many requests.
+const RATE_LIMITED: &str =
+    r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#;
 
 /// primary `a` (cheapest), alternate `b`; `same` is the same upstream as `a`; `pricey`
 /// is an alternate no hard request fits.
@@ -209,7 +212,8 @@ async fn the_alternate_failing_too_stops_with_both_attempts_named() {
 #[tokio::test]
 async fn an_alternate_on_the_same_upstream_is_skipped() {
     let g = gateway().await;
-    g.vendors.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors
+        .script("a", vec![Script::Status(429, RATE_LIMITED.into())]);
     let (got, id, v) = g.chat("key-dec-twin", "m").await;
     assert_eq!(got, 429, "{v}");
     assert_eq!(
@@ -231,7 +235,8 @@ async fn an_alternate_on_the_same_upstream_is_skipped() {
 #[tokio::test]
 async fn an_alternate_over_the_ceiling_is_not_called() {
     let g = gateway().await;
-    g.vendors.script("a", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    g.vendors
+        .script("a", vec![Script::Status(429, RATE_LIMITED.into())]);
     let (got, id, v) = g.chat(HARD, "m").await;
     assert_eq!(got, 429, "{v}");
     assert_eq!((g.vendors.calls("a"), g.vendors.calls("pricey")), (1, 0));
