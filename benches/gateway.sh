@@ -4,6 +4,8 @@
 #   benches/gateway.sh [extra run.sh options, e.g. -d 20 -r 2]
 # Prints the harness's table: req/s, p50/p99, latency added over direct, CPU µs per
 # request and memory of each target. Compare purser with nginx-proxy as ratios.
+# A third target, proxy-floor (benches/gateway/proxy_floor.rs), is axum handing bodies
+# to reqwest and back with nothing else: what the stack costs before purser's own work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HARNESS=${PURSER_BENCH_HARNESS:-../shared/bench}
@@ -16,11 +18,14 @@ fi
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "benches/gateway.sh: $tool is missing; run $HARNESS/install-tools.sh" >&2; exit 2; }
 done
-cargo build --release --locked --quiet
+cargo build --release --locked --quiet --bin purser --example proxy-floor
 port=${PURSER_BENCH_PORT:-18100}
+floor_port=$((port + 1))
 exec "$HARNESS/run.sh" --skip litellm,portkey \
   --extra nginx-proxy http://127.0.0.1:18090/v1/chat/completions \
   --extra-cmd nginx-proxy "$HARNESS/examples/nginx-proxy.sh" \
+  --extra proxy-floor "http://127.0.0.1:$floor_port/v1/chat/completions" \
+  --extra-cmd proxy-floor "target/release/examples/proxy-floor 127.0.0.1:$floor_port" \
   --extra purser "http://127.0.0.1:$port/v1/chat/completions" \
   --extra-header purser 'Authorization: Bearer sk-purser-bench' \
   --extra-cmd purser "PURSER_BENCH_PORT=$port benches/gateway/serve.sh" \
