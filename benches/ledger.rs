@@ -155,12 +155,19 @@ fn report(what: &str, mut rates: Vec<f64>) {
 }
 
 // One thread, as `serve` runs on two cores: the figures are the ledger's own cost.
+// `cargo bench --bench ledger -- requests` runs only the scenarios whose name holds
+// "requests".
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let per_writer: u32 = std::env::var("PURSER_BENCH_ATTEMPTS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_default();
+    let wanted = |name: &str| name.contains(filter.as_str());
     println!(
         "ledger write benchmark: {WRITERS} concurrent writers × {per_writer} attempts (begin + complete each)"
     );
@@ -168,15 +175,22 @@ async fn main() {
     // with the range beside it.
     const RUNS: usize = 5;
     for (name, sync) in [("NORMAL", Sync::Normal), ("FULL", Sync::Full)] {
+        let name = format!("attempts, {name}");
+        if !wanted(&name) {
+            continue;
+        }
         let mut rates = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
             rates.push(run(sync, per_writer).await);
         }
-        report(&format!("attempts, {name}"), rates);
+        report(&name, rates);
     }
-    let mut rates = Vec::with_capacity(RUNS);
-    for _ in 0..RUNS {
-        rates.push(requests(per_writer).await);
+    let name = "requests with a budget";
+    if wanted(name) {
+        let mut rates = Vec::with_capacity(RUNS);
+        for _ in 0..RUNS {
+            rates.push(requests(per_writer).await);
+        }
+        report(name, rates);
     }
-    report("requests with a budget", rates);
 }

@@ -515,3 +515,75 @@ async fn a_crashed_version_3_ledger_migrates_with_its_reservation() {
         other => panic!("settled twice: {other:?}"),
     }
 }
+
+/// A version-4 ledger, its requests committed out of id order and one still in flight
+/// with a reservation, rebuilt by migration 5: every row and attempt survives, paging
+/// keeps the commit order, new requests are numbered after the old ones, the in-flight
+/// request recovers and settles, and the rewritten CHECKs still refuse a bad value.
+#[tokio::test]
+async fn a_version_4_ledger_is_rebuilt_with_its_rows_and_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v4.db");
+    {
+        let mut c = ledger::connect(&path, &Options::default()).unwrap();
+        ledger::migrate_to(&mut c, 4).unwrap();
+        c.execute_batch(
+            "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, served_by, cost, ledger_seq)
+               VALUES ('b', '2026-11-30T10:00:00Z', 0, 'c', 'team', 'x', 'm', 'soft', '1', '0.3', 'served', 'p', '0.02', 7);
+             INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, reserved_in, ledger_seq)
+               VALUES ('a', '2026-11-30T10:00:01Z', 1000, 'c', 'team', 'x', 'm', 'hard', '1', '0.3', 'in_flight', 'day@2026-11-30T00:00:00Z', 9);
+             INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, finished_at, state, status, class, billing, decision, input_tokens, output_tokens, cost, worst_case)
+               VALUES ('b', 1, 'p', 'm', 'us', '2026-11-30T10:00:00Z', '2026-11-30T10:00:00Z', 'done', 200, 'success', 'billed', 'served', 10, 20, '0.02', '0.3');
+             INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
+               VALUES ('a', 1, 'p', 'm', 'us', '2026-11-30T10:00:01Z', 'in_flight', 'maybe_billed', '0.3');
+             INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
+               VALUES ('team', 'day', '2026-11-30T00:00:00Z', '10', '0.02', '0.3');",
+        )
+        .unwrap();
+    }
+    let (l, rec) = Ledger::open(&path, Options::default()).unwrap();
+    assert_eq!(version(&path), ledger::latest_version());
+    assert_eq!((rec.attempts, rec.requests), (1, 1));
+    let conn = l.reader().unwrap();
+    let b = ledger::read::request(&conn, "b").unwrap().unwrap();
+    assert_eq!((b.outcome.as_str(), b.cost.as_str()), ("served", "0.02"));
+    assert_eq!(b.attempts.len(), 1);
+    assert_eq!(
+        (b.attempts[0].input_tokens, b.attempts[0].output_tokens),
+        (Some(10), Some(20))
+    );
+
+    // A new request is numbered after the old ones: it pages first.
+    l.admit(req("c", "0.1"), vec![]).await.unwrap();
+    let page = ledger::audit::requests(&conn, &ledger::audit::Filter::default(), 10, None).unwrap();
+    let ids: Vec<_> = page.requests.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["c", "a", "b"], "commit order survives the rebuild");
+
+    // The in-flight request's reservation moved to spent at recovery; it settles.
+    l.settle("a", m("0.05")).await.unwrap();
+    let w = &ledger::read::budgets(&conn).unwrap()[0];
+    assert_eq!((w.spent.as_str(), w.reserved.as_str()), ("0.07", "0"));
+
+    let bad = rusqlite::Connection::open(&path).unwrap().execute(
+        "UPDATE attempts SET billing = 'free' WHERE request_id = 'b'",
+        [],
+    );
+    assert!(bad.is_err(), "billing outside the three values is refused");
+    let orphan = ledger::connect(&path, &Options::default()).unwrap().execute(
+        "INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
+         VALUES ('nobody', 1, 'p', 'm', 'us', 't', 'in_flight', 'maybe_billed', '0')",
+        [],
+    );
+    assert!(orphan.is_err(), "an attempt still needs its request");
+    let schema: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE name = 'attempts'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        schema.contains(r#"REFERENCES "requests" (id)"#),
+        "the rename carried the foreign key over: {schema}"
+    );
+}

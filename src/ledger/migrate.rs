@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use super::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 4] = [
+pub const MIGRATIONS: [(u32, &str, &str); 5] = [
     (
         1,
         "0001_init",
@@ -26,6 +26,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 4] = [
         4,
         "0004_reservations_in_requests",
         include_str!("../../migrations/0004_reservations_in_requests.sql"),
+    ),
+    (
+        5,
+        "0005_cheaper_rows",
+        include_str!("../../migrations/0005_cheaper_rows.sql"),
     ),
 ];
 

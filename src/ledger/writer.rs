@@ -282,7 +282,9 @@ impl Books {
     /// Start of a transaction (the write lock is held): forget everything if another
     /// connection has committed since.
     fn check(&mut self, tx: &Connection) -> rusqlite::Result<()> {
-        let version: i64 = tx.query_row("PRAGMA data_version", [], |r| r.get(0))?;
+        let version: i64 = tx
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?;
         if self.seen != Some(version)
             || self.windows.len() > BOOKS_MAX
             || self.held.len() > BOOKS_MAX
@@ -384,8 +386,8 @@ fn insert_request(
 ) -> Result<(), LedgerError> {
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ledger_seq)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, (SELECT COALESCE(MAX(ledger_seq), 0) + 1 FROM requests))",
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         r.id,
