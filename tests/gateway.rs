@@ -458,3 +458,25 @@ async fn upstream_garbage_is_unclassified_and_recorded() {
         "hard: unclassified may have been billed, so no failover"
     );
 }
+
+/// An OpenAI-compatible answer reaches the client as the upstream wrote it: same key
+/// order, same spacing, fields purser does not know kept; its usage is still costed.
+#[tokio::test]
+async fn an_openai_answer_is_passed_on_byte_for_byte() {
+    let h = harness().await;
+    let upstream = r#"{"object":"chat.completion", "id":"chatcmpl-verbatim","created":1,"model":"gpt-4o-mini",
+ "choices":[{"index":0,"message":{"role":"assistant","content":"as sent"},"finish_reason":"stop"}],
+ "usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20},"vendor_extra":{"z":1,"a":2}}"#;
+    h.vendors.script("primary", vec![s(200, upstream)]);
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/chat/completions", h.addr))
+        .bearer_auth(KEY_HARD)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert_eq!(r.headers()["x-purser-cost"], "0.0000066");
+    assert_eq!(r.text().await.unwrap(), upstream);
+}

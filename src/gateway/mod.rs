@@ -19,7 +19,7 @@ use crate::ledger::{
 };
 use crate::metrics::{Metrics, MetricsError};
 use crate::money::Money;
-use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy, Provider};
+use crate::policy::plan::{Api, ClientRef, Destination, Mode, Plan, Policy, Provider};
 use crate::selection::{self, Refusal, TokenBounds};
 use crate::upstream::{self, ChatRequest, Credentials, Observation};
 
@@ -30,7 +30,7 @@ const SOFT_IMAGE_TOKENS: u64 = 1_600;
 
 /// Classify what a call observed; a successful complete answer is parsed once.
 fn observe(
-    api: crate::policy::plan::Api,
+    api: Api,
     obs: Observation,
     keep_body: bool,
 ) -> (Classified, Option<u16>, String, Option<Answer>) {
@@ -56,7 +56,7 @@ fn observe(
             match o {
                 Classified::Success => {
                     let v = if keep_body {
-                        json.map(Answer::Complete)
+                        json.map(|json| Answer::Complete { json, raw: body })
                     } else {
                         None
                     };
@@ -148,8 +148,11 @@ pub struct Served {
 /// What a served request hands to the client.
 #[derive(Debug)]
 pub enum Reply {
-    /// The whole answer, already in the OpenAI chat.completion shape.
+    /// The whole answer, translated to the OpenAI chat.completion shape.
     Complete(Value),
+    /// An OpenAI-compatible upstream's own chat.completion, passed on as it was sent:
+    /// re-serializing it would only reorder its keys, at a cost on every request.
+    Verbatim(String),
     /// Server-sent-event bytes (OpenAI chunks) as the upstream produces them; the last
     /// is `data: [DONE]`, or an error event when the stream failed after content.
     Stream(tokio::sync::mpsc::Receiver<bytes::Bytes>),
@@ -157,7 +160,8 @@ pub enum Reply {
 
 /// What a successful attempt produced.
 enum Answer {
-    Complete(Value),
+    /// A complete answer, parsed, with the text it was parsed from.
+    Complete { json: Value, raw: String },
     /// The upstream's first content is in; the rest is still arriving.
     Stream(Box<stream::Live>),
 }
@@ -712,7 +716,7 @@ impl Engine {
                     });
                 }
                 Some(Answer::Stream(_)) => None,
-                Some(Answer::Complete(v)) => Some(v),
+                Some(Answer::Complete { json, raw }) => Some((json, raw)),
                 None => None,
             };
             let class_name = class.map_or("success", FailureClass::as_str);
@@ -723,13 +727,20 @@ impl Engine {
                 called.then(|| sent.elapsed()),
             );
             let (cost, usage_in, usage_out, served_body) = match (&outcome, answer) {
-                (Classified::Success, Some(v)) => {
-                    let (translated, usage) = upstream::translate(provider.api, &dest, v);
+                (Classified::Success, Some((json, raw))) => {
+                    let (usage, served) = match provider.api {
+                        Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
+                        Api::Anthropic | Api::Gemini => {
+                            let (translated, usage) =
+                                upstream::translate(provider.api, &dest, json);
+                            (usage, Reply::Complete(translated))
+                        }
+                    };
                     (
                         dest.cost(usage.prompt_tokens, usage.completion_tokens),
                         Some(usage.prompt_tokens),
                         Some(usage.completion_tokens),
-                        Some(translated),
+                        Some(served),
                     )
                 }
                 _ => (Money::ZERO, None, None, None),
@@ -765,7 +776,7 @@ impl Engine {
                 return Ok(Served {
                     request_id: request_id.to_string(),
                     policy: policy.id.to_string(),
-                    reply: Reply::Complete(served_body.unwrap_or(Value::Null)),
+                    reply: served_body.unwrap_or(Reply::Complete(Value::Null)),
                     provider: dest.provider.to_string(),
                     attempts: seq as usize,
                     cost: billed,

@@ -168,6 +168,7 @@ fn served_response(s: Served) -> Response {
     let streamed = matches!(s.reply, Reply::Stream(_));
     let mut resp = match s.reply {
         Reply::Complete(v) => axum::Json(v).into_response(),
+        Reply::Verbatim(body) => ([("content-type", "application/json")], body).into_response(),
         Reply::Stream(rx) => {
             let body = futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv()

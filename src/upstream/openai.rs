@@ -44,6 +44,11 @@ pub fn prepare(
 
 /// Already the OpenAI shape: handed back as it is, with its usage read.
 pub fn translate(body: Value) -> (Value, Usage) {
-    let usage = Usage::at(&body, "/usage/prompt_tokens", "/usage/completion_tokens");
+    let usage = usage(&body);
     (body, usage)
+}
+
+/// The usage block of an OpenAI chat.completion.
+pub fn usage(body: &Value) -> Usage {
+    Usage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens")
 }
