@@ -480,3 +480,31 @@ async fn an_openai_answer_is_passed_on_byte_for_byte() {
     assert_eq!(r.headers()["x-purser-cost"], "0.0000066");
     assert_eq!(r.text().await.unwrap(), upstream);
 }
+
+/// A 2xx event stream to a request that did not ask for one has no answer purser can
+/// hand on: it is `unclassified` and may have been billed, so a soft request fails
+/// over and the client gets the alternate's answer, never an empty 200.
+#[tokio::test]
+async fn an_event_stream_to_a_plain_request_is_unclassified() {
+    let h = harness().await;
+    h.vendors.script(
+        "primary",
+        vec![s(
+            200,
+            "data: {\"id\":\"x\",\"choices\":[]}\n\ndata: [DONE]\n\n",
+        )],
+    );
+    let (status, headers, v) = h.chat(KEY_SOFT).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(headers["x-purser-provider"], "alt");
+    assert_eq!(v["choices"][0]["message"]["content"], "Hello from alt.");
+    let row = h.row(&id_of(&headers, &v));
+    assert_eq!(
+        (
+            row.attempts[0].class.as_deref(),
+            row.attempts[0].billing.as_str()
+        ),
+        (Some("unclassified"), "maybe_billed")
+    );
+    assert_eq!(h.calls(), (1, 1));
+}

@@ -28,12 +28,9 @@ const MESSAGE_LIMIT: usize = 2048;
 /// Tokens assumed per image part under a soft ceiling (no provable bound exists).
 const SOFT_IMAGE_TOKENS: u64 = 1_600;
 
-/// Classify what a call observed; a successful complete answer is parsed once.
-fn observe(
-    api: Api,
-    obs: Observation,
-    keep_body: bool,
-) -> (Classified, Option<u16>, String, Option<Answer>) {
+/// Classify a complete answer (a plain call's, or a streamed call's that never became
+/// a stream); a successful one is parsed once.
+fn observe(api: Api, obs: Observation) -> (Classified, Option<u16>, String, Option<Answer>) {
     match obs {
         Observation::Transport(t, detail) => {
             let (class, reason) = failure::classify_transport(t);
@@ -53,16 +50,27 @@ fn observe(
             body,
         } => {
             let (o, json) = failure::classify_answer(api, status, &headers, &body);
-            match o {
-                Classified::Success => {
-                    let v = if keep_body {
-                        json.map(|json| Answer::Complete { json, raw: body })
-                    } else {
-                        None
-                    };
-                    (o, Some(status), String::new(), v)
+            match (o, json) {
+                (Classified::Success, Some(json)) => (
+                    Classified::Success,
+                    Some(status),
+                    String::new(),
+                    Some(Answer::Complete { json, raw: body }),
+                ),
+                // The classifier passes a 2xx event stream as a success, for the
+                // streaming path; as a complete answer it holds nothing to hand on.
+                (Classified::Success, None) => (
+                    Classified::Failure {
+                        class: FailureClass::Unclassified,
+                        reason: "a 2xx event stream to a request that did not ask for one".into(),
+                    },
+                    Some(status),
+                    upstream_message(&body),
+                    None,
+                ),
+                (o @ Classified::Failure { .. }, _) => {
+                    (o, Some(status), upstream_message(&body), None)
                 }
-                Classified::Failure { .. } => (o, Some(status), upstream_message(&body), None),
             }
         }
     }
@@ -973,7 +981,7 @@ impl Engine {
             upstream::prepare(provider.api, dest, &provider.base_url, key.as_deref(), req);
         let (outcome, status, message, answer) = if req.stream {
             match upstream::open_stream(&self.http, prepared, provider.timeout()).await {
-                upstream::Opened::Complete(obs) => observe(provider.api, obs, false),
+                upstream::Opened::Complete(obs) => observe(provider.api, obs),
                 upstream::Opened::Streaming { status, body, .. } => {
                     match stream::first_content(provider.api, dest, body, provider.timeout()).await
                     {
@@ -1001,7 +1009,7 @@ impl Engine {
             }
         } else {
             let obs = upstream::send(&self.http, prepared, provider.timeout()).await;
-            observe(provider.api, obs, true)
+            observe(provider.api, obs)
         };
         if let Some(b) = breaker {
             b.record(outcome.class(), breakers.now_ms());
