@@ -44,6 +44,13 @@ fn attempt(id: &str, seq: u32) -> NewAttempt {
     }
 }
 
+/// A ledger file left at schema `version`, holding the rows `sql` inserts.
+fn ledger_at_version(path: &std::path::Path, version: u32, sql: &str) {
+    let mut c = ledger::connect(path, &Options::default()).unwrap();
+    ledger::migrate_to(&mut c, version).unwrap();
+    c.execute_batch(sql).unwrap();
+}
+
 fn version(path: &std::path::Path) -> u32 {
     let c = rusqlite::Connection::open(path).unwrap();
     c.query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
@@ -487,10 +494,9 @@ async fn a_settlement_from_another_process_is_seen_by_the_running_writer() {
 async fn a_crashed_version_3_ledger_migrates_with_its_reservation() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v3.db");
-    {
-        let mut c = ledger::connect(&path, &Options::default()).unwrap();
-        ledger::migrate_to(&mut c, 3).unwrap();
-        c.execute_batch(
+    ledger_at_version(
+        &path,
+        3,
             "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, ledger_seq)
                VALUES ('r1', '2026-11-30T10:00:00Z', 0, 'c', 'team', 'x', 'm', 'hard', '1', '0.3', 'in_flight', 1);
              INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
@@ -499,9 +505,7 @@ async fn a_crashed_version_3_ledger_migrates_with_its_reservation() {
                VALUES ('team', 'day', '2026-11-30T00:00:00Z', '1', '0.2', '0.3');
              INSERT INTO reservations (request_id, policy, period, window_start, amount, state)
                VALUES ('r1', 'team', 'day', '2026-11-30T00:00:00Z', '0.3', 'held');",
-        )
-        .unwrap();
-    }
+    );
     let (l, rec) = Ledger::open(&path, Options::default()).unwrap();
     assert_eq!((rec.attempts, rec.requests), (1, 1));
     let conn = l.reader().unwrap();
@@ -524,10 +528,9 @@ async fn a_crashed_version_3_ledger_migrates_with_its_reservation() {
 async fn a_version_4_ledger_is_rebuilt_with_its_rows_and_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v4.db");
-    {
-        let mut c = ledger::connect(&path, &Options::default()).unwrap();
-        ledger::migrate_to(&mut c, 4).unwrap();
-        c.execute_batch(
+    ledger_at_version(
+        &path,
+        4,
             "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, served_by, cost, ledger_seq)
                VALUES ('b', '2026-11-30T10:00:00Z', 0, 'c', 'team', 'x', 'm', 'soft', '1', '0.3', 'served', 'p', '0.02', 7);
              INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, reserved_in, ledger_seq)
@@ -538,9 +541,7 @@ async fn a_version_4_ledger_is_rebuilt_with_its_rows_and_order() {
                VALUES ('a', 1, 'p', 'm', 'us', '2026-11-30T10:00:01Z', 'in_flight', 'maybe_billed', '0.3');
              INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
                VALUES ('team', 'day', '2026-11-30T00:00:00Z', '10', '0.02', '0.3');",
-        )
-        .unwrap();
-    }
+    );
     let (l, rec) = Ledger::open(&path, Options::default()).unwrap();
     assert_eq!(version(&path), ledger::latest_version());
     assert_eq!((rec.attempts, rec.requests), (1, 1));

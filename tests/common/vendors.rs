@@ -351,9 +351,7 @@ async fn openai(
     let key = header(&h, "authorization")
         .trim_start_matches("Bearer ")
         .to_string();
-    let model = body["model"].as_str().unwrap_or_default().to_string();
-    let stream = body["stream"].as_bool().unwrap_or(false);
-    answer(v, Api::Openai, provider, key, body.0, model, stream).await
+    answer_named_in_body(v, Api::Openai, provider, key, body.0).await
 }
 
 async fn anthropic(
@@ -363,9 +361,20 @@ async fn anthropic(
     body: axum::Json<Value>,
 ) -> Response {
     let key = header(&h, "x-api-key");
+    answer_named_in_body(v, Api::Anthropic, provider, key, body.0).await
+}
+
+/// OpenAI and Anthropic name the model and ask for a stream in the body.
+async fn answer_named_in_body(
+    v: Vendors,
+    api: Api,
+    provider: String,
+    key: String,
+    body: Value,
+) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_string();
     let stream = body["stream"].as_bool().unwrap_or(false);
-    answer(v, Api::Anthropic, provider, key, body.0, model, stream).await
+    answer(v, api, provider, key, body, model, stream).await
 }
 
 /// Gemini names the model and the method in the path: `{model}:generateContent`.
