@@ -24,6 +24,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod money;
 pub mod policy;
+pub mod pricing;
 pub mod reload;
 pub mod selection;
 pub mod sim;
