@@ -127,6 +127,9 @@ pub enum Command {
     Classify {
         #[arg(long, value_enum)]
         api: Option<ApiArg>,
+        /// Also print, per line, the signal that decided the class.
+        #[arg(long)]
+        explain: bool,
     },
 }
 
@@ -259,7 +262,7 @@ pub fn run(cli: Cli) -> ExitCode {
             cost,
             db,
         } => audit::settle(&db, &request_id, &cost),
-        Command::Classify { api } => classify::classify(api.map(Into::into)),
+        Command::Classify { api, explain } => classify::classify(api.map(Into::into), explain),
         Command::Serve {
             config,
             db,

@@ -125,12 +125,20 @@ use Pat as P;
 /// OpenAI and every OpenAI-compatible server (Groq, Together, Fireworks, DeepSeek,
 /// Mistral, vLLM, Ollama, xAI, OpenRouter) share `error.type` / `error.code` words.
 const OPENAI: &[Rule] = &[
-    r(F::Code, P::Is("content_policy_violation"), C::ContentRefusal),
+    r(
+        F::Code,
+        P::Is("content_policy_violation"),
+        C::ContentRefusal,
+    ),
     r(F::Code, P::Is("content_filter"), C::ContentRefusal),
     // "Invalid prompt: your prompt was flagged as potentially violating our usage
     // policy": OpenAI's reasoning-model safety check, sent as a 400.
     r(F::Code, P::Is("invalid_prompt"), C::ContentRefusal),
-    r(F::Type, P::Is("content_policy_violation"), C::ContentRefusal),
+    r(
+        F::Type,
+        P::Is("content_policy_violation"),
+        C::ContentRefusal,
+    ),
     // Moonshot (Kimi) and the relays in front of it put the refusal in `type`.
     r(F::Type, P::Is("content_filter"), C::ContentRefusal),
     r(F::Type, P::Is("access_terminated_error"), C::Auth),
@@ -138,7 +146,11 @@ const OPENAI: &[Rule] = &[
     r(F::Code, P::Is("invalid_authentication"), C::Auth),
     r(F::Code, P::Is("account_deactivated"), C::Auth),
     r(F::Code, P::Is("organization_deactivated"), C::Auth),
-    r(F::Code, P::Is("unsupported_country_region_territory"), C::Auth),
+    r(
+        F::Code,
+        P::Is("unsupported_country_region_territory"),
+        C::Auth,
+    ),
     r(F::Code, P::Is("no_such_organization"), C::Auth),
     r(F::Code, P::Is("invalid_organization"), C::Auth),
     r(F::Type, P::Is("invalid_api_key"), C::Auth),
@@ -168,13 +180,25 @@ const OPENAI: &[Rule] = &[
     r(F::Type, P::Is("badrequesterror"), C::Malformed),
     r(F::Type, P::Is("notfounderror"), C::ModelNotFound),
     r(F::Type, P::Is("internalservererror"), C::ServerError),
-    r(F::Type, P::Is("invalid_request_message_order"), C::Malformed),
+    r(
+        F::Type,
+        P::Is("invalid_request_message_order"),
+        C::Malformed,
+    ),
 ];
 
 /// Azure OpenAI: the OpenAI words plus its own `innererror` and content filter.
 const AZURE: &[Rule] = &[
-    r(F::InnerCode, P::Is("responsibleaipolicyviolation"), C::ContentRefusal),
-    r(F::Code, P::Is("responsibleaipolicyviolation"), C::ContentRefusal),
+    r(
+        F::InnerCode,
+        P::Is("responsibleaipolicyviolation"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Code,
+        P::Is("responsibleaipolicyviolation"),
+        C::ContentRefusal,
+    ),
     r(F::Block, P::Is("content_filter_result"), C::ContentRefusal),
     r(F::Code, P::Is("deploymentnotfound"), C::ModelNotFound),
     r(F::Code, P::Is("operationnotsupported"), C::Malformed),
@@ -235,19 +259,39 @@ const BEDROCK: &[Rule] = &[
     r(F::AwsType, P::Is("expiredtokenexception"), C::Auth),
     r(F::AwsType, P::Is("invalidsignatureexception"), C::Auth),
     r(F::AwsType, P::Is("throttlingexception"), C::RateLimited),
-    r(F::AwsType, P::Is("servicequotaexceededexception"), C::RateLimited),
-    r(F::AwsType, P::Is("resourcenotfoundexception"), C::ModelNotFound),
+    r(
+        F::AwsType,
+        P::Is("servicequotaexceededexception"),
+        C::RateLimited,
+    ),
+    r(
+        F::AwsType,
+        P::Is("resourcenotfoundexception"),
+        C::ModelNotFound,
+    ),
     r(F::AwsType, P::Is("modelnotreadyexception"), C::Overloaded),
-    r(F::AwsType, P::Is("serviceunavailableexception"), C::Overloaded),
+    r(
+        F::AwsType,
+        P::Is("serviceunavailableexception"),
+        C::Overloaded,
+    ),
     r(F::AwsType, P::Is("modeltimeoutexception"), C::Timeout),
     r(F::AwsType, P::Is("internalserverexception"), C::ServerError),
     r(F::AwsType, P::Is("modelerrorexception"), C::ServerError),
-    r(F::AwsType, P::Is("modelstreamerrorexception"), C::ServerError),
+    r(
+        F::AwsType,
+        P::Is("modelstreamerrorexception"),
+        C::ServerError,
+    ),
     r(F::AwsType, P::Is("validationexception"), C::Malformed),
     // boto3 and the relays that quote it: "An error occurred (ThrottlingException)".
     r(F::Message, P::Has("(throttlingexception)"), C::RateLimited),
     r(F::Message, P::Has("(accessdeniedexception)"), C::Auth),
-    r(F::Message, P::Has("(serviceunavailableexception)"), C::Overloaded),
+    r(
+        F::Message,
+        P::Has("(serviceunavailableexception)"),
+        C::Overloaded,
+    ),
     r(F::Message, P::Has("(modeltimeoutexception)"), C::Timeout),
 ];
 
@@ -269,13 +313,41 @@ const OPENROUTER: &[Rule] = &[
 /// purpose: prose decides only when no structured field did.
 const PROSE: &[Rule] = &[
     // Content policy: the vendors' fixed refusal sentences.
-    r(F::Message, P::Has("content filtering policy"), C::ContentRefusal),
-    r(F::Message, P::Has("content management policy"), C::ContentRefusal),
-    r(F::Message, P::Has("violates usage guidelines"), C::ContentRefusal),
-    r(F::Message, P::Has("content_policy_violation"), C::ContentRefusal),
-    r(F::Message, P::Has("flagged as potentially violating"), C::ContentRefusal),
-    r(F::Message, P::Has("rejected as a result of our safety system"), C::ContentRefusal),
-    r(F::Message, P::Has("responsibleaipolicyviolation"), C::ContentRefusal),
+    r(
+        F::Message,
+        P::Has("content filtering policy"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("content management policy"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("violates usage guidelines"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("content_policy_violation"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("flagged as potentially violating"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("rejected as a result of our safety system"),
+        C::ContentRefusal,
+    ),
+    r(
+        F::Message,
+        P::Has("responsibleaipolicyviolation"),
+        C::ContentRefusal,
+    ),
     r(F::Message, P::Has("requires moderation"), C::ContentRefusal),
     // DeepSeek's moderation refusal, sent as an invalid_request_error.
     r(F::Message, P::Has("content exists risk"), C::ContentRefusal),
@@ -288,24 +360,44 @@ const PROSE: &[Rule] = &[
     r(F::Message, P::Has("invalid x-api-key"), C::Auth),
     r(F::Message, P::Has("invalid authentication"), C::Auth),
     r(F::Message, P::Has("authentication fails"), C::Auth),
-    r(F::Message, P::Has("organization has been disabled"), C::Auth),
+    r(
+        F::Message,
+        P::Has("organization has been disabled"),
+        C::Auth,
+    ),
     r(F::Message, P::Has("account has been disabled"), C::Auth),
     r(F::Message, P::Has("account has been deactivated"), C::Auth),
     r(F::Message, P::Has("account is disabled"), C::Auth),
-    r(F::Message, P::Has("user location is not supported"), C::Auth),
+    r(
+        F::Message,
+        P::Has("user location is not supported"),
+        C::Auth,
+    ),
     // AWS IAM's denial sentence, also relayed by proxies in front of Bedrock.
     r(F::Message, P::Has("is not authorized to perform"), C::Auth),
     r(F::Message, P::Has("model access is denied"), C::Auth),
     r(F::Message, P::Has("unsupported_country"), C::Auth),
     // Quota, credit, rate.
-    r(F::Message, P::Has("credit balance is too low"), C::RateLimited),
-    r(F::Message, P::Has("exceeded your current quota"), C::RateLimited),
+    r(
+        F::Message,
+        P::Has("credit balance is too low"),
+        C::RateLimited,
+    ),
+    r(
+        F::Message,
+        P::Has("exceeded your current quota"),
+        C::RateLimited,
+    ),
     r(F::Message, P::Has("insufficient balance"), C::RateLimited),
     r(F::Message, P::Has("insufficient credits"), C::RateLimited),
     r(F::Message, P::Has("requires more credits"), C::RateLimited),
     r(F::Message, P::Has("api usage limits"), C::RateLimited),
     r(F::Message, P::Has("quota exceeded"), C::RateLimited),
-    r(F::Message, P::Has("resource has been exhausted"), C::RateLimited),
+    r(
+        F::Message,
+        P::Has("resource has been exhausted"),
+        C::RateLimited,
+    ),
     r(F::Message, P::Has("billing"), C::RateLimited),
     r(F::Message, P::Has("rate limit"), C::RateLimited),
     r(F::Message, P::Has("ratelimit"), C::RateLimited),
@@ -320,24 +412,64 @@ const PROSE: &[Rule] = &[
     r(F::Message, P::Has("input is too long"), C::ContextLength),
     r(F::Message, P::Has("input token count"), C::ContextLength),
     r(F::Message, P::Has("too many tokens"), C::ContextLength),
-    r(F::Message, P::Has("reduce the length of the messages"), C::ContextLength),
-    r(F::Message, P::Has("maximum prompt length"), C::ContextLength),
+    r(
+        F::Message,
+        P::Has("reduce the length of the messages"),
+        C::ContextLength,
+    ),
+    r(
+        F::Message,
+        P::Has("maximum prompt length"),
+        C::ContextLength,
+    ),
     // Hugging Face TGI: the input alone does not fit (a lone `max_new_tokens` bound
     // is only a malformed request).
-    r(F::Message, P::Has("`inputs` tokens + `max_new_tokens`"), C::ContextLength),
+    r(
+        F::Message,
+        P::Has("`inputs` tokens + `max_new_tokens`"),
+        C::ContextLength,
+    ),
     // The model is not there.
-    r(F::Message, P::Both("model", "does not exist"), C::ModelNotFound),
+    r(
+        F::Message,
+        P::Both("model", "does not exist"),
+        C::ModelNotFound,
+    ),
     r(F::Message, P::Both("model", "not found"), C::ModelNotFound),
-    r(F::Message, P::Both("model", "decommissioned"), C::ModelNotFound),
-    r(F::Message, P::Both("model", "no longer supported"), C::ModelNotFound),
-    r(F::Message, P::Both("model", "is not supported"), C::ModelNotFound),
-    r(F::Message, P::Both("deployment", "does not exist"), C::ModelNotFound),
+    r(
+        F::Message,
+        P::Both("model", "decommissioned"),
+        C::ModelNotFound,
+    ),
+    r(
+        F::Message,
+        P::Both("model", "no longer supported"),
+        C::ModelNotFound,
+    ),
+    r(
+        F::Message,
+        P::Both("model", "is not supported"),
+        C::ModelNotFound,
+    ),
+    r(
+        F::Message,
+        P::Both("deployment", "does not exist"),
+        C::ModelNotFound,
+    ),
     r(F::Message, P::Starts("model:"), C::ModelNotFound),
     // OpenRouter: no provider serves the model (for this account's policy).
     r(F::Message, P::Has("no endpoints found"), C::ModelNotFound),
-    r(F::Message, P::Has("no endpoints available"), C::ModelNotFound),
+    r(
+        F::Message,
+        P::Has("no endpoints available"),
+        C::ModelNotFound,
+    ),
     // Vertex: a partner model not enabled for this project.
-    r(F::Message, P::Has("not allowed to use publisher model"), C::ModelNotFound),
+    r(
+        F::Message,
+        P::Has("not allowed to use publisher model"),
+        C::ModelNotFound,
+    ),
     // Family words: decide only where the status leaves the class open.
     r(F::Message, P::Has("overloaded"), C::Overloaded),
     r(F::Message, P::Has("high demand"), C::Overloaded),
@@ -389,9 +521,7 @@ pub const DIALECTS: &[Dialect] = &[
 /// they name the cause, where the others only name a family of causes.
 pub fn is_explicit(class: FailureClass) -> bool {
     match class {
-        C::ContentRefusal | C::Auth | C::RateLimited | C::ContextLength | C::ModelNotFound => {
-            true
-        }
+        C::ContentRefusal | C::Auth | C::RateLimited | C::ContextLength | C::ModelNotFound => true,
         C::Timeout
         | C::Connect
         | C::Dropped

@@ -194,7 +194,10 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             }
         }
         // Azure spells it `innererror`; some of its deployments `inner_error`.
-        for inner in ["innererror", "inner_error"].iter().filter_map(|k| obj.get(*k)) {
+        for inner in ["innererror", "inner_error"]
+            .iter()
+            .filter_map(|k| obj.get(*k))
+        {
             let Value::Object(inner) = inner else {
                 continue;
             };
