@@ -195,7 +195,7 @@ fn meaning(status: Option<u16>) -> Meaning {
 
 /// The best hit among those `keep` accepts: innermost first, structured before prose,
 /// then the precedence order of classes.
-fn best<'h>(hits: &'h [Hit], keep: impl Fn(&Hit) -> bool) -> Option<&'h Hit> {
+fn best(hits: &[Hit], keep: impl Fn(&Hit) -> bool) -> Option<&Hit> {
     hits.iter()
         .filter(|h| keep(h))
         .min_by_key(|h| (u8::MAX - h.depth, !h.field.is_structured(), rank(h.class)))
