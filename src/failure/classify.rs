@@ -82,13 +82,14 @@ pub struct Signal {
     /// `status`, or an answer field (`finish_reason`, `promptFeedback.blockReason`).
     pub source: Cow<'static, str>,
     /// What it held: the vendor's value, the phrase that matched, or the status.
-    pub value: String,
+    pub value: Cow<'static, str>,
     /// How many relay envelopes were opened to reach it (0: the answer itself).
     pub depth: u8,
 }
 
 impl Signal {
-    fn new(source: impl Into<Cow<'static, str>>, value: impl Into<String>) -> Signal {
+    // Both sides are static on the success path, so a plain answer allocates nothing.
+    fn new(source: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Signal {
         Signal {
             source: source.into(),
             value: value.into(),
@@ -103,7 +104,7 @@ impl Signal {
     fn of(hit: &Hit) -> Signal {
         Signal {
             source: format!("{} ({})", hit.field.name(), hit.dialect).into(),
-            value: hit.value.clone(),
+            value: hit.value.clone().into(),
             depth: hit.depth,
         }
     }
@@ -275,7 +276,18 @@ fn classify_error(
     json: Option<&Value>,
     raw: &str,
 ) -> Explained {
-    let hits = evidence::read(headers, json, raw);
+    let mut hits = evidence::read(headers, json, raw);
+    // A Gemini block reason on a non-2xx (its candidates or its prompt feedback) is an
+    // explicit content-policy signal like any other.
+    if let Some((source, value)) = json.and_then(gemini_block) {
+        hits.push(Hit {
+            class: FailureClass::ContentRefusal,
+            dialect: "google",
+            field: super::dialects::Field::Block,
+            value: format!("{source}={value}"),
+            depth: 0,
+        });
+    }
     let (class, signal) = decide(status, &hits, raw);
     Explained::new(
         Outcome::fail(class, reason_for(status, class, &signal)),
@@ -378,7 +390,7 @@ fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal
     let refusal = |source: &'static str, value: &str, reason: String| {
         (
             EventSignal::Failure(FailureClass::ContentRefusal, reason.into()),
-            Some(Signal::new(source, value)),
+            Some(Signal::new(source, value.to_string())),
         )
     };
     match api {
