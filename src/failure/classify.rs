@@ -220,6 +220,15 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
         return (h.class, Signal::of(h));
     }
     let family = |h: &Hit| inner(h) && !is_explicit(h.class);
+    // Within the provider family, "overloaded" (or a timeout code) names the fault
+    // more closely than a generic server_error / api_error tag, so it refines it: a
+    // body saying overloaded is overloaded (DESIGN 4). A prose "timed out" is too
+    // vague to turn a not-billed fault into a maybe-billed one.
+    let refines = |h: &Hit| {
+        family(h)
+            && (h.class == FailureClass::Overloaded
+                || (h.class == FailureClass::Timeout && h.field.is_structured()))
+    };
     let status_signal = || match status {
         Some(s) => Signal::status(s),
         None => Signal::new("status", at(status)),
@@ -227,21 +236,11 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
     // 6–8. The status family, refined or opened by family signals.
     match meaning(status) {
         Meaning::Fixed(c) => (c, status_signal()),
-        Meaning::Provider(c) => {
-            // A family signal may refine the fault within the provider family (a 429
-            // or 5xx saying overloaded; a timeout code). A prose "timed out" is too
-            // vague to turn a not-billed fault into a maybe-billed one.
-            let refine = best(hits, |h| {
-                family(h)
-                    && (h.class == FailureClass::Overloaded
-                        || (h.class == FailureClass::Timeout && h.field.is_structured()))
-            });
-            match refine {
-                Some(h) => (h.class, Signal::of(h)),
-                None => (c, status_signal()),
-            }
-        }
-        Meaning::Open(c) => match best(hits, family) {
+        Meaning::Provider(c) => match best(hits, refines) {
+            Some(h) => (h.class, Signal::of(h)),
+            None => (c, status_signal()),
+        },
+        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, family)) {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },

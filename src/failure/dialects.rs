@@ -171,6 +171,7 @@ const OPENAI: &[Rule] = &[
     r(F::Code, P::Is("server_error"), C::ServerError),
     r(F::Type, P::Is("model_error"), C::ServerError),
     r(F::Code, P::Is("capacity_exceeded"), C::Overloaded),
+    r(F::Code, P::Is("overloaded"), C::Overloaded),
     r(F::Type, P::Is("engine_overloaded"), C::Overloaded),
     r(F::Code, P::Is("engine_overloaded"), C::Overloaded),
     r(F::Type, P::Is("timeout"), C::Timeout),
