@@ -239,7 +239,7 @@ fn cli_exit_codes_and_outputs() {
         .stdout,
     )
     .unwrap();
-    assert!(ex.contains("openai-us/gpt-4o-mini: fits: 2096 in × 0.15/M + 1024 out × 0.6/M = 0.0009288 USD → chosen"), "{ex}");
+    assert!(ex.contains("openai-us/gpt-4o-mini: fits: 2096 in × 0.15/M + 1024 out × 0.60/M = 0.0009288 USD → chosen"), "{ex}");
     assert!(
         ex.contains(
             "reach the alternate: connect, rate_limited, overloaded, server_error, circuit_open"
