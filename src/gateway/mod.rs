@@ -329,16 +329,20 @@ fn upstream_message(body: &str) -> String {
     from_json.unwrap_or_else(|| body.trim().to_string())
 }
 
+/// Why an engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Upstream(#[from] upstream::UpstreamError),
+}
+
 impl Engine {
-    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Result<Engine, MetricsError> {
+    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
         let breakers = Breakers::for_plan(&plan, clock.clone(), None);
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            // A vendor API does not redirect; following one would send the key and the
-            // prompt wherever `Location` points (and it cost 1% CPU per request).
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        // Never the default client on failure: it follows redirects (see http_client).
+        let http = upstream::http_client()?;
         let metrics = Metrics::new()?;
         metrics.set_plan(plan.id());
         Ok(Engine {

@@ -18,8 +18,43 @@ use crate::policy::plan::{Api, Credential, Destination, Provider};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    #[error("provider `{provider}`: credential unavailable: {detail}")]
+    /// The credential source yielded nothing. `Display` is what a client may read: it
+    /// names the provider only, because the variable's name or the file's path tells
+    /// an outsider where the operator keeps secrets. `operator_detail` has the rest.
+    #[error(
+        "provider `{provider}` has no usable credential; the operator has been told in the log"
+    )]
     Credential { provider: String, detail: String },
+    /// The HTTP client for upstream calls could not be built (TLS backend, system
+    /// configuration); no call is possible without it.
+    #[error("cannot build the HTTP client for upstream calls: {0}")]
+    Client(String),
+}
+
+impl UpstreamError {
+    /// What only the operator should read, for the log: which environment variable is
+    /// unset or which file cannot be read, and why.
+    pub fn operator_detail(&self) -> String {
+        match self {
+            UpstreamError::Credential { provider, detail } => {
+                format!("provider `{provider}`: credential unavailable: {detail}")
+            }
+            UpstreamError::Client(e) => e.clone(),
+        }
+    }
+}
+
+/// The client every upstream call goes through. It never follows a redirect: a
+/// vendor API does not redirect, and following one would send the key and the prompt
+/// wherever `Location` points (and the redirect policy cost 1% CPU per request). A
+/// build failure is an error, never a fallback to a default client, which follows
+/// redirects.
+pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| UpstreamError::Client(e.to_string()))
 }
 
 /// A request in purser's internal (OpenAI) shape, ready to translate.
@@ -397,6 +432,38 @@ mod tests {
         );
         assert_eq!((u.prompt_tokens, u.completion_tokens), (3, 4));
         assert_eq!(v["choices"][0]["message"]["content"], "ab");
+    }
+
+    #[test]
+    fn a_missing_credential_tells_the_client_nothing_about_where_secrets_live() {
+        for (source, secret_place) in [
+            (
+                Credential::Env("PURSER_TEST_SURELY_UNSET_VAR".into()),
+                "PURSER_TEST_SURELY_UNSET_VAR",
+            ),
+            (
+                Credential::File("/run/secrets/purser-test-absent".into()),
+                "/run/secrets/purser-test-absent",
+            ),
+        ] {
+            let p = Provider {
+                id: ProviderId::new("openai-us"),
+                api: Api::Openai,
+                base_url: "https://api.openai.com/v1".into(),
+                jurisdiction: Jurisdiction::new("us"),
+                tier: Tier::Account,
+                credential: Some(source),
+                timeout_ms: 1000,
+                circuit: Default::default(),
+                models: Default::default(),
+            };
+            let e = Credentials::default().get(&p).unwrap_err();
+            let shown = e.to_string();
+            assert!(shown.contains("openai-us"), "{shown}");
+            assert!(!shown.contains(secret_place), "{shown}");
+            assert!(!shown.contains('/'), "{shown}");
+            assert!(e.operator_detail().contains(secret_place));
+        }
     }
 
     #[test]
