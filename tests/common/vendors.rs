@@ -45,6 +45,11 @@ pub enum Script {
     StreamErrorAfter(usize, String),
     /// A normal stream with this many milliseconds between events.
     StreamSlow(u64),
+    /// A 302 to this URL (a vendor API never redirects; a client must not follow).
+    Redirect(String),
+    /// Wait for a permit from this gate (the test adds them), then answer normally:
+    /// holds calls at the vendor for as long as a test needs, measured by nothing.
+    Hold(Arc<tokio::sync::Semaphore>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -332,6 +337,13 @@ async fn answer(
             sse(evs, None, 0)
         }
         Script::StreamSlow(ms) => sse(events(api, &provider, &model), None, ms),
+        Script::Redirect(to) => (StatusCode::FOUND, [("location", to)], "").into_response(),
+        Script::Hold(gate) => {
+            if let Ok(p) = gate.acquire().await {
+                p.forget();
+            }
+            normal(&provider, &model)
+        }
     }
 }
 
