@@ -125,16 +125,16 @@ impl Out<'_> {
     /// A raised amount widens.
     fn amount(&mut self, model: Option<&str>, what: &str, old: Money, new: Money) {
         if old != new {
-            let (before, after) = (self.old(old), self.new(new));
+            let (before, after) = (self.shown_before(old), self.shown_after(new));
             self.push(Tag::by(new > old), model, what, before, after);
         }
     }
 
-    fn old(&self, m: Money) -> String {
+    fn shown_before(&self, m: Money) -> String {
         m.for_people(self.old_currency).to_string()
     }
 
-    fn new(&self, m: Money) -> String {
+    fn shown_after(&self, m: Money) -> String {
         m.for_people(self.new_currency).to_string()
     }
 }
@@ -268,11 +268,11 @@ fn policy(out: &mut Out<'_>, old_plan: &Plan, a: &Policy, new_plan: &Plan, b: &P
             (Some(x), Some(y)) => out.amount(None, &what, *x, *y),
             // A cap removed is money no longer bounded.
             (Some(x), None) => {
-                let x = out.old(*x);
+                let x = out.shown_before(*x);
                 out.push(Tag::Widens, None, &what, x, NONE)
             }
             (None, Some(y)) => {
-                let y = out.new(*y);
+                let y = out.shown_after(*y);
                 out.push(Tag::Narrows, None, &what, NONE, y)
             }
             (None, None) => {}
