@@ -205,21 +205,21 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
     // The key is checked from the headers before a byte of the body is read: a
     // stranger's 10 MiB costs the gateway nothing but its headers.
     let key = bearer(req.headers()).map(str::to_string);
-    if key
+    let Some(who) = key
         .as_deref()
         .and_then(|k| engine.authenticate(&engine.plan(), k))
-        .is_none()
-    {
+    else {
         // Counted and logged as the engine counts its own refusals.
         engine.metrics.request("-", "unauthorized");
         engine.metrics.refusal("unauthorized");
         tracing::info!(code = "unauthorized", "not served");
         return error_response(None, &GatewayError::Unauthorized);
-    }
+    };
     // Taken before the body is read, so bodies in memory are bounded by the limit too.
     let Ok(permit) = in_flight.try_acquire_owned() else {
-        engine.metrics.request("-", "overloaded");
+        engine.metrics.request(who.policy.as_str(), "overloaded");
         engine.metrics.refusal("overloaded");
+        tracing::info!(policy = %who.policy, client = %who.client, code = "overloaded", "not served: at --max-in-flight");
         return overloaded();
     };
     let body = match Bytes::from_request(req, &()).await {
