@@ -23,9 +23,10 @@ pub use audit::AdminToken;
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
 /// Default limit of chat requests in the gateway at once. Each may hold a body of up
-/// to `body_limit` and an upstream connection (the client pools 256 idle connections
-/// per host), so 256 bounds memory near 2.5 GiB in the worst case while staying far
-/// above what two cores serve (the bench peaks well below c=256).
+/// to `body_limit` and an upstream connection (the client keeps up to 256 idle ones
+/// per host), so 256 bounds request bodies in memory near 2.5 GiB; it is four times
+/// the benchmark's highest concurrency (c=64), so a healthy gateway with slow
+/// upstreams does not shed load.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 /// Seconds a client shed for overload is told to wait (`Retry-After`).
@@ -118,6 +119,7 @@ pub fn metrics_router(engine: Arc<Engine>, token: Option<AdminToken>) -> Router 
         engine,
         admin: None,
         reloader: None,
+        // No chat route here: nothing takes a permit.
         in_flight: Arc::new(tokio::sync::Semaphore::new(0)),
         metrics_token: token,
     };
