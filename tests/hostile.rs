@@ -369,7 +369,9 @@ async fn a_missing_credential_names_no_variable_and_no_path() {
 async fn a_redirect_from_upstream_is_never_followed() {
     let g = common::start(|v| {
         vec![
-            provider(v, "p", "openai", "us", &[("m", "0.15", "0.60")]),
+            // A loaded machine must not turn the 302 into a timeout.
+            provider(v, "p", "openai", "us", &[("m", "0.15", "0.60")])
+                .replace("timeout_ms: 300", "timeout_ms: 30000"),
             provider(v, "elsewhere", "openai", "eu", &[("m", "0.15", "0.60")]),
             policy("pol", KEY, "m", ""),
         ]
