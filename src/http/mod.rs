@@ -139,6 +139,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
     let plan_id = engine.plan().id().to_string();
+    // After a failed write, ask the ledger to write one small row: its success makes
+    // the node ready again by itself, even when no request arrives (a drained node).
+    if !engine.ledger.writable() {
+        let _ = engine.ledger.probe().await;
+    }
     if !engine.ledger.writable() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -173,6 +178,7 @@ async fn metrics(
                 None,
                 None,
                 &[],
+                None,
             );
         }
     }
@@ -235,16 +241,17 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
                 None,
                 None,
                 &[],
+                None,
             );
         }
-        Err(e) => return error_response(None, &GatewayError::InvalidRequest(e.body_text())),
+        Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
     };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
             return error_response(
                 None,
-                &GatewayError::InvalidRequest(format!("the body is not valid JSON: {e}")),
+                &GatewayError::invalid(format!("the body is not valid JSON: {e}"), None),
             );
         }
     };
@@ -268,6 +275,7 @@ fn overloaded() -> Response {
         None,
         None,
         &[],
+        None,
     );
     r.headers_mut()
         .insert("retry-after", HeaderValue::from_static(RETRY_AFTER_S));
@@ -321,7 +329,7 @@ fn served_response(s: Served, permit: tokio::sync::OwnedSemaphorePermit) -> Resp
 pub fn status_of(e: &GatewayError) -> StatusCode {
     match e {
         GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
-        GatewayError::InvalidRequest(_) | GatewayError::NoDestination { .. } => {
+        GatewayError::InvalidRequest { .. } | GatewayError::NoDestination { .. } => {
             StatusCode::BAD_REQUEST
         }
         GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
@@ -360,7 +368,7 @@ fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> 
 fn error_type(e: &GatewayError) -> &'static str {
     match e {
         GatewayError::Unauthorized => "authentication_error",
-        GatewayError::InvalidRequest(_)
+        GatewayError::InvalidRequest { .. }
         | GatewayError::ModelNotAllowed { .. }
         | GatewayError::NoDestination { .. } => "invalid_request_error",
         GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
@@ -384,6 +392,7 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         provider,
         request_id,
         attempts,
+        e.param(),
     );
     if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
         r.headers_mut().insert("x-purser-request-id", id);
@@ -393,6 +402,8 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
     r
 }
 
+// Each argument is one field of the OpenAI envelope DESIGN extends.
+#[allow(clippy::too_many_arguments)]
 fn envelope(
     status: StatusCode,
     code: &str,
@@ -401,10 +412,13 @@ fn envelope(
     provider: Option<&str>,
     request_id: Option<&str>,
     attempts: &[crate::gateway::AttemptReport],
+    param: Option<&str>,
 ) -> Response {
+    // `param` names the request field at fault, as OpenAI's own errors do.
     let body = json!({"error": {
         "message": message,
         "type": ty,
+        "param": param,
         "code": code,
         "provider": provider,
         "request_id": request_id,
