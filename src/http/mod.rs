@@ -257,8 +257,10 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
     };
     // The raw bytes are not needed while the upstream call runs, which may take minutes.
     drop(body);
-    match engine.chat(key.as_deref(), value).await {
-        Ok(served) => served_response(served, permit),
+    // The permit goes with the request: it runs detached from this connection, and
+    // holds its place against the limit until its end is recorded.
+    match engine.chat(key.as_deref(), value, Some(permit)).await {
+        Ok(served) => served_response(served),
         Err(Failed {
             request_id, error, ..
         }) => error_response(request_id.as_deref(), &error),
@@ -282,18 +284,17 @@ fn overloaded() -> Response {
     r
 }
 
-/// The served answer; a stream keeps `permit` until its last event is handed on, so
-/// a long stream counts against the limit for as long as it runs.
-fn served_response(s: Served, permit: tokio::sync::OwnedSemaphorePermit) -> Response {
+/// The served answer.
+fn served_response(s: Served) -> Response {
     let streamed = matches!(s.reply, Reply::Stream(_));
     let mut resp = match s.reply {
         Reply::Complete(v) => axum::Json(v).into_response(),
         Reply::Verbatim(body) => ([("content-type", "application/json")], body).into_response(),
         Reply::Stream(rx) => {
-            let body = futures_util::stream::unfold((rx, permit), |(mut rx, permit)| async move {
+            let body = futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv()
                     .await
-                    .map(|b| (Ok::<_, std::convert::Infallible>(b), (rx, permit)))
+                    .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
             });
             (
                 [
@@ -344,6 +345,9 @@ pub fn status_of(e: &GatewayError) -> StatusCode {
 fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> StatusCode {
     use crate::failure::FailureClass as C;
     match class {
+        // No upstream answered: purser itself has no usable credential for the
+        // provider. The client's key is fine, so this is not a 401.
+        C::Auth if status.is_none() => StatusCode::BAD_GATEWAY,
         // Client-side classes keep the upstream's own status so SDKs raise the same error.
         C::Auth
         | C::ModelNotFound
