@@ -43,24 +43,73 @@ pub struct Charge {
     pub output_tokens: Option<u64>,
 }
 
-/// Price a success (or the part of a stream that was delivered) from its usage; a
-/// figure the vendor did not report is charged at its bound.
+/// Price a success (or the part of a stream that was delivered) from its usage.
+///
+/// Each reported class is priced at its rate: plain input at the input rate, cache
+/// reads and writes at theirs (a rate the table lacks at its stand-in, making the cost
+/// `estimated`), output (reasoning included) at the output rate. What the vendor did
+/// not report is charged so that a missing figure never lowers the cost:
+/// - a missing input or output total is charged at its bound, input at the dearest
+///   input-side rate, exactly as the worst case prices it;
+/// - input whose breakdown is missing (say, no cache-write count from a vendor that
+///   bills cache writes) is priced at the dearest rate it could hide.
+///
+/// Either makes the basis `worst_case`, which outranks `estimated`, which outranks
+/// `usage`. For usage within the bounds the cost never exceeds the worst case.
 pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge {
-    let reported = |n: u64| (n > 0).then_some(n);
-    let input = reported(usage.prompt_tokens);
-    let output = reported(usage.completion_tokens);
-    let basis = if input.is_none() || output.is_none() {
+    let mut missing = false;
+    let mut estimated = false;
+    let input_cost = match usage.input {
+        None => {
+            missing = true;
+            dest.input_rate_ceiling().cost_of(bounds.input)
+        }
+        Some(total) => {
+            let cached = dest.cached_input_rate();
+            let write = dest.cache_write_rate();
+            let reads = usage.cached_input.unwrap_or(0);
+            let writes = usage.cache_write.unwrap_or(0);
+            // Tokens not broken out as reads or writes. Should the parts exceed the total
+            // (a vendor inconsistency), the parts are charged as reported: the larger.
+            let plain = total.saturating_sub(reads.saturating_add(writes));
+            let mut plain_rate = dest.input_per_mtok;
+            let hidden = [
+                (usage.cached_input, cached, true),
+                (usage.cache_write, write, dest.bills_cache_writes()),
+            ];
+            for (reported, rate, possible) in hidden {
+                // An unreported part may hide in the plain tokens: price them at its
+                // rate if that is dearer. Only a dearer rate makes the cost a bound.
+                if possible && reported.is_none() && rate.per_mtok > plain_rate {
+                    plain_rate = rate.per_mtok;
+                    missing = true;
+                }
+            }
+            if (reads > 0 && !cached.listed) || (writes > 0 && !write.listed) {
+                estimated = true;
+            }
+            plain_rate.cost_of(plain)
+                + cached.per_mtok.cost_of(reads)
+                + write.per_mtok.cost_of(writes)
+        }
+    };
+    let output_cost = dest
+        .output_per_mtok
+        .cost_of(usage.output.unwrap_or_else(|| {
+            missing = true;
+            bounds.output
+        }));
+    let basis = if missing {
         CostBasis::WorstCase
+    } else if estimated {
+        CostBasis::Estimated
     } else {
         CostBasis::Usage
     };
     Charge {
-        cost: dest.cost(
-            input.unwrap_or(bounds.input),
-            output.unwrap_or(bounds.output),
-        ),
+        cost: input_cost + output_cost,
         basis,
-        input_tokens: input,
-        output_tokens: output,
+        input_tokens: usage.input,
+        output_tokens: usage.output,
     }
 }

@@ -31,7 +31,10 @@ pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
 
 /// Worst-case cost of one call to `d` with these bounds.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    d.cost(b.input, b.output)
+    // Any input token may be billed in any input-side class (a cache write can cost
+    // more than plain input), so the input bound is priced at the dearest of them.
+    // Reasoning tokens are output tokens, already inside the output bound.
+    d.input_rate_ceiling().cost_of(b.input) + d.output_per_mtok.cost_of(b.output)
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -262,6 +265,8 @@ mod tests {
             context_window: window,
             input_per_mtok: PricePerMTok::new(pin.parse().unwrap()),
             output_per_mtok: PricePerMTok::new(pout.parse().unwrap()),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         }
     }
 

@@ -13,10 +13,11 @@ fn arithmetic(d: &Destination, b: TokenBounds) -> String {
     format!(
         "{} in × {}/M + {} out × {}/M = {}",
         b.input,
-        d.input_per_mtok,
+        // The dearest input-side rate: the one the worst case is proved with.
+        d.input_rate_ceiling(),
         b.output,
         d.output_per_mtok,
-        d.cost(b.input, b.output)
+        selection::worst_case(d, b)
     )
 }
 

@@ -745,9 +745,9 @@ impl Engine {
                         }
                     };
                     (
-                        dest.cost(usage.prompt_tokens, usage.completion_tokens),
-                        Some(usage.prompt_tokens),
-                        Some(usage.completion_tokens),
+                        dest.cost(usage.input.unwrap_or(0), usage.output.unwrap_or(0)),
+                        usage.input,
+                        usage.output,
                         Some(served),
                     )
                 }

@@ -364,7 +364,9 @@ impl Tail {
         let provider = self.dest.provider.as_str();
         let (class, billing, cost, decision, reason, message, outcome, code) = match &end {
             End::Complete => {
-                let cost = self.dest.cost(usage.prompt_tokens, usage.completion_tokens);
+                let cost = self
+                    .dest
+                    .cost(usage.input.unwrap_or(0), usage.output.unwrap_or(0));
                 (
                     None,
                     Billing::Billed,
@@ -435,8 +437,8 @@ impl Tail {
                     billing,
                     decision: decision.to_string(),
                     reason,
-                    input_tokens: tokens(usage.prompt_tokens),
-                    output_tokens: tokens(usage.completion_tokens),
+                    input_tokens: usage.input.and_then(tokens),
+                    output_tokens: usage.output.and_then(tokens),
                     cost,
                     message: message.clone(),
                 },
