@@ -213,7 +213,11 @@ mod tests {
 
     #[test]
     fn no_cache_tokens_means_no_estimate_even_without_cache_rates() {
-        let c = charge(&dest(Api::Anthropic, None, None), &full(10, 0, 0, 1), BOUNDS);
+        let c = charge(
+            &dest(Api::Anthropic, None, None),
+            &full(10, 0, 0, 1),
+            BOUNDS,
+        );
         assert_eq!(c.basis, CostBasis::Usage);
     }
 
@@ -357,8 +361,13 @@ mod tests {
     /// Usage within the bounds: the parts fit in the input total, reasoning in the
     /// output. Writes only where the API bills them, as the adapters report.
     fn usage_within(writes: bool, b: TokenBounds) -> impl Strategy<Value = Usage> {
-        (0..=b.input, 0..=b.output, any::<(u64, u64, u64)>(), any::<u8>()).prop_map(
-            move |(input, output, (r, w, t), mask)| {
+        (
+            0..=b.input,
+            0..=b.output,
+            any::<(u64, u64, u64)>(),
+            any::<u8>(),
+        )
+            .prop_map(move |(input, output, (r, w, t), mask)| {
                 let reads = r % (input + 1);
                 let written = if writes { w % (input - reads + 1) } else { 0 };
                 let thoughts = t % (output + 1);
@@ -370,8 +379,7 @@ mod tests {
                     output: keep(3, output),
                     reasoning: keep(4, thoughts),
                 }
-            },
-        )
+            })
     }
 
     fn dest_usage_bounds() -> impl Strategy<Value = (Destination, Usage, TokenBounds)> {

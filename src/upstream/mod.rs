@@ -5,6 +5,8 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 pub mod stream;
+#[cfg(test)]
+mod usage_tests;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
