@@ -329,6 +329,30 @@ mod tests {
     }
 
     #[test]
+    fn the_worst_case_prices_input_at_the_dearest_input_side_rate() {
+        use crate::selection::worst_case;
+        let b = TokenBounds {
+            input: 1_000_000,
+            output: 0,
+        };
+        // OpenAI and Gemini bill no cache writes: input at the input rate.
+        assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
+        assert_eq!(worst_case(&dest(Api::Gemini, Some("0.5"), None), b), money("2"));
+        // Anthropic bills them: the listed rate, or the 2× stand-in.
+        assert_eq!(worst_case(&dest(Api::Anthropic, None, None), b), money("4"));
+        assert_eq!(worst_case(&dest(Api::Anthropic, None, Some("2.5")), b), money("2.5"));
+        // A listed rate counts whatever the API; one below input changes nothing.
+        assert_eq!(worst_case(&dest(Api::Openai, None, Some("3")), b), money("3"));
+        assert_eq!(worst_case(&dest(Api::Anthropic, None, Some("1")), b), money("2"));
+        // Output is priced at the output rate alone: reasoning is output.
+        let out = TokenBounds {
+            input: 0,
+            output: 1_000_000,
+        };
+        assert_eq!(worst_case(&dest(Api::Anthropic, None, None), out), money("10"));
+    }
+
+    #[test]
     fn basis_names_are_the_ledger_values() {
         assert_eq!(CostBasis::Usage.as_str(), "usage");
         assert_eq!(CostBasis::WorstCase.as_str(), "worst_case");
