@@ -337,19 +337,34 @@ mod tests {
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
-        assert_eq!(worst_case(&dest(Api::Gemini, Some("0.5"), None), b), money("2"));
+        assert_eq!(
+            worst_case(&dest(Api::Gemini, Some("0.5"), None), b),
+            money("2")
+        );
         // Anthropic bills them: the listed rate, or the 2× stand-in.
         assert_eq!(worst_case(&dest(Api::Anthropic, None, None), b), money("4"));
-        assert_eq!(worst_case(&dest(Api::Anthropic, None, Some("2.5")), b), money("2.5"));
+        assert_eq!(
+            worst_case(&dest(Api::Anthropic, None, Some("2.5")), b),
+            money("2.5")
+        );
         // A listed rate counts whatever the API; one below input changes nothing.
-        assert_eq!(worst_case(&dest(Api::Openai, None, Some("3")), b), money("3"));
-        assert_eq!(worst_case(&dest(Api::Anthropic, None, Some("1")), b), money("2"));
+        assert_eq!(
+            worst_case(&dest(Api::Openai, None, Some("3")), b),
+            money("3")
+        );
+        assert_eq!(
+            worst_case(&dest(Api::Anthropic, None, Some("1")), b),
+            money("2")
+        );
         // Output is priced at the output rate alone: reasoning is output.
         let out = TokenBounds {
             input: 0,
             output: 1_000_000,
         };
-        assert_eq!(worst_case(&dest(Api::Anthropic, None, None), out), money("10"));
+        assert_eq!(
+            worst_case(&dest(Api::Anthropic, None, None), out),
+            money("10")
+        );
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub struct ChunkTranslator {
     /// Gemini: the latest `usageMetadata`, and whether it came with or after the
     /// finish reason (earlier ones are running counts).
     gemini_usage: Option<(Value, bool)>,
+    /// Usage already read elsewhere (a complete answer replayed as a stream).
+    known_usage: Option<Usage>,
     finish: Option<String>,
     role_sent: bool,
     /// The upstream said it is done (`[DONE]`, `message_stop`).
@@ -114,6 +116,7 @@ impl ChunkTranslator {
             anthropic_usage: serde_json::Map::new(),
             anthropic_output_final: false,
             gemini_usage: None,
+            known_usage: None,
             finish: None,
             role_sent: false,
             ended: false,
@@ -124,6 +127,9 @@ impl ChunkTranslator {
     /// stream cut before its closing usage leaves the output `None`, to be charged at
     /// its bound, never at a running count.
     pub fn usage(&self) -> Usage {
+        if let Some(u) = self.known_usage {
+            return u;
+        }
         match self.api {
             Api::Openai => self.usage,
             Api::Anthropic => {
@@ -143,6 +149,13 @@ impl ChunkTranslator {
                     super::gemini::usage(m, *closing)
                 }),
         }
+    }
+
+    /// Take the usage of a complete answer replayed through this translator as
+    /// chunks: re-reading it from the translated OpenAI block would lose what that shape
+    /// cannot say (cache writes, a figure the vendor did not report).
+    pub fn set_usage(&mut self, usage: Usage) {
+        self.known_usage = Some(usage);
     }
 
     /// The answer is complete: an explicit end marker, or a finish reason seen.

@@ -316,3 +316,16 @@ fn the_closing_usage_chunk_reports_the_parts() {
     );
     assert_eq!(chunk["purser_cost"], "0.01");
 }
+
+#[test]
+fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
+    let (_, u) = client_usage(Api::Anthropic, fixture!("anthropic-cache.json"));
+    let mut t = ChunkTranslator::new(Api::Openai, &dest(Api::Openai));
+    t.set_usage(u);
+    t.event(&SseEvent {
+        event: None,
+        data: json!({"choices": [], "usage": {"prompt_tokens": 4012, "completion_tokens": 8}})
+            .to_string(),
+    });
+    assert_eq!(t.usage(), usage(4012, 3000, 1000, 8, None));
+}
