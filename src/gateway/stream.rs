@@ -206,7 +206,7 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
             message: upstream_message(text),
         }),
         failure::Outcome::Success => {
-            let (answer, usage) = upstream::translate(api, dest, v);
+            let (answer, reported) = upstream::translate(api, dest, v);
             let delta = answer
                 .pointer("/choices/0/message")
                 .cloned()
@@ -217,7 +217,7 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
                 .unwrap_or(json!("stop"));
             let usage = answer.get("usage").cloned().unwrap_or(Value::Null);
             let mut t = ChunkTranslator::new(Api::Openai, dest);
-            t.set_usage(usage);
+            t.set_usage(reported);
             for data in [
                 json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
                 json!({"choices": [], "usage": usage}),
