@@ -77,10 +77,10 @@ async fn send(g: &Gateway, model: &str, stream: bool) -> (String, Value) {
     let text = r.text().await.unwrap();
     let usage = if stream {
         text.lines()
+            .rev()
             .filter_map(|l| l.strip_prefix("data: "))
             .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .filter_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
-            .last()
+            .find_map(|v| v.get("usage").filter(|u| !u.is_null()).cloned())
             .unwrap_or(Value::Null)
     } else {
         serde_json::from_str::<Value>(&text).unwrap()["usage"].clone()
