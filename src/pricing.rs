@@ -97,7 +97,8 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         .output_per_mtok
         .cost_of(usage.output.unwrap_or_else(|| {
             missing = true;
-            bounds.output
+            // Every choice may have reached the cap: the bound the worst case priced.
+            bounds.total_output()
         }));
     let basis = if missing {
         CostBasis::WorstCase
@@ -150,6 +151,7 @@ mod tests {
     const BOUNDS: TokenBounds = TokenBounds {
         input: 1_000,
         output: 500,
+        choices: 1,
     };
 
     fn full(input: u64, cached: u64, write: u64, output: u64) -> Usage {
@@ -334,6 +336,7 @@ mod tests {
         let b = TokenBounds {
             input: 1_000_000,
             output: 0,
+            choices: 1,
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
@@ -360,6 +363,7 @@ mod tests {
         let out = TokenBounds {
             input: 0,
             output: 1_000_000,
+            choices: 1,
         };
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, None), out),
@@ -402,7 +406,8 @@ mod tests {
     fn usage_within(writes: bool, b: TokenBounds) -> impl Strategy<Value = Usage> {
         (
             0..=b.input,
-            0..=b.output,
+            // Output of all choices together is what the vendor reports.
+            0..=b.total_output(),
             any::<(u64, u64, u64)>(),
             any::<u8>(),
         )
@@ -422,11 +427,17 @@ mod tests {
     }
 
     fn dest_usage_bounds() -> impl Strategy<Value = (Destination, Usage, TokenBounds)> {
-        (any_dest(), 0u64..2_000_000, 0u64..200_000).prop_flat_map(|(d, input, output)| {
-            let b = TokenBounds { input, output };
-            let writes = d.bills_cache_writes();
-            (Just(d), usage_within(writes, b), Just(b))
-        })
+        (any_dest(), 0u64..2_000_000, 0u64..200_000, 0u64..4).prop_flat_map(
+            |(d, input, output, choices)| {
+                let b = TokenBounds {
+                    input,
+                    output,
+                    choices,
+                };
+                let writes = d.bills_cache_writes();
+                (Just(d), usage_within(writes, b), Just(b))
+            },
+        )
     }
 
     proptest! {
