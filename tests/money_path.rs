@@ -547,6 +547,28 @@ async fn an_answer_without_usage_is_charged_at_its_worst_case() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(bases, vec!["worst_case"; 6]);
+    // The basis is in the audit API, its CSV export and /metrics.
+    let last = only_request(&g);
+    let audit = g
+        .admin_json(&format!("/audit/v1/requests/{}", last.id))
+        .await;
+    assert_eq!(audit["attempts"][0]["cost_basis"], "worst_case", "{audit}");
+    let (status, csv) = g.admin_get("/audit/v1/attempts.csv").await;
+    assert_eq!(status, 200);
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "cost_basis").unwrap();
+    assert!(
+        csv.lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(col) == Some("worst_case")),
+        "{csv}"
+    );
+    let (_, metrics) = g.get_as("/metrics", None).await;
+    assert!(
+        metrics
+            .contains(r#"purser_priced_attempts_total{cost_basis="worst_case",provider="ge"} 2"#),
+        "{metrics}"
+    );
     settle(&g).await;
 }
 
