@@ -41,7 +41,10 @@ pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
 
 /// Worst-case cost of one call to `d` with these bounds.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    d.cost(b.input, b.total_output())
+    // Any input token may be billed in any input-side class (a cache write can cost
+    // more than plain input), so the input bound is priced at the dearest of them.
+    // Reasoning tokens are output tokens, already inside the output bound.
+    d.input_rate_ceiling().cost_of(b.input) + d.output_per_mtok.cost_of(b.total_output())
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -116,7 +119,8 @@ pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
     format!(
         "{} in × {}/M + {out} out × {}/M = {}",
         b.input,
-        d.input_per_mtok.for_people(currency),
+        // The dearest input-side rate: the one the worst case is proved with.
+        d.input_rate_ceiling().for_people(currency),
         d.output_per_mtok.for_people(currency),
         worst_case(d, b).for_people(currency)
     )
@@ -199,7 +203,7 @@ pub fn clamp_output(
     ceiling: Money,
     requested: u64,
 ) -> Option<u64> {
-    let input_cost = d.input_per_mtok.cost_of(input);
+    let input_cost = d.input_rate_ceiling().cost_of(input);
     if input_cost > ceiling || input >= d.context_window {
         return None;
     }
@@ -338,6 +342,8 @@ mod tests {
             context_window: window,
             input_per_mtok: PricePerMTok::new(pin.parse().unwrap()),
             output_per_mtok: PricePerMTok::new(pout.parse().unwrap()),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         }
     }
 

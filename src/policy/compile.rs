@@ -202,7 +202,17 @@ impl Compiler<'_> {
                     &m.output_per_mtok,
                     self.diags,
                 );
-                if let (Some(i), Some(o)) = (input, output) {
+                // Optional rates: absent means "not in the table", priced conservatively
+                // at charge time; a present but malformed one is an error like any price.
+                let mut optional = |field: &str, text: &Option<String>| match text {
+                    None => Ok(None),
+                    Some(t) => money(&doc, &format!("{base}/{field}"), t, self.diags)
+                        .map(|m| Some(PricePerMTok::new(m)))
+                        .ok_or(()),
+                };
+                let cached = optional("cached_input_per_mtok", &m.cached_input_per_mtok);
+                let write = optional("cache_write_per_mtok", &m.cache_write_per_mtok);
+                if let (Some(i), Some(o), Ok(cached), Ok(write)) = (input, output, cached, write) {
                     models.insert(
                         ModelName::new(name),
                         ProviderModel {
@@ -210,6 +220,8 @@ impl Compiler<'_> {
                             context_window: m.context_window,
                             input_per_mtok: PricePerMTok::new(i),
                             output_per_mtok: PricePerMTok::new(o),
+                            cached_input_per_mtok: cached,
+                            cache_write_per_mtok: write,
                         },
                     );
                 }
@@ -530,6 +542,8 @@ fn destination(prov: &Provider, model: &str) -> Option<Destination> {
         context_window: m.context_window,
         input_per_mtok: m.input_per_mtok,
         output_per_mtok: m.output_per_mtok,
+        cached_input_per_mtok: m.cached_input_per_mtok,
+        cache_write_per_mtok: m.cache_write_per_mtok,
     })
 }
 

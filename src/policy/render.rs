@@ -9,8 +9,16 @@ fn dest_line(d: &Destination, currency: &str) -> String {
         Tier::Pool => "pool",
         Tier::Account => "account",
     };
+    // Cache rates only when listed, so plans without them render as before.
+    let mut cache = String::new();
+    if let Some(r) = d.cached_input_per_mtok {
+        let _ = write!(cache, " / cached in {r}");
+    }
+    if let Some(r) = d.cache_write_per_mtok {
+        let _ = write!(cache, " / cache write {r}");
+    }
     format!(
-        "{} ({}, {tier}, in {} / out {} per Mtok, window {})",
+        "{} ({}, {tier}, in {}{cache} / out {} per Mtok, window {})",
         d.label(),
         d.jurisdiction,
         d.input_per_mtok.for_people(currency),
