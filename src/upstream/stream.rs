@@ -14,10 +14,24 @@ pub struct SseEvent {
     pub data: String,
 }
 
-/// Splits a byte stream into events, whatever the chunk boundaries.
+/// Splits a byte stream into events, whatever the chunk boundaries, as the SSE format
+/// defines them: lines end in `\r\n`, `\n` or `\r`; a blank line ends an event;
+/// `:` starts a comment; `event:` and `data:` are the fields purser reads.
+///
+/// Hand-written rather than a crate's because it must be pushed one read at a time
+/// from purser's own read loop (each read under the attempt's idle timeout) and must
+/// bound its memory: an upstream that never ends an event is cut off at `MAX_EVENT`.
+/// Each byte is scanned once, however the reads cut the stream.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// Bytes of a line not yet ended.
     buf: Vec<u8>,
+    /// The last line ended in `\r`: a `\n` that comes next belongs to it.
+    after_cr: bool,
+    event: Option<String>,
+    data: Vec<String>,
+    /// Bytes the event being read holds so far.
+    size: usize,
 }
 
 /// Longest event purser buffers; an upstream that never ends an event is cut off.
@@ -29,55 +43,76 @@ pub struct EventTooLarge;
 
 impl SseDecoder {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
-        self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        loop {
-            let end = find_blank_line(&self.buf);
-            let Some((at, sep)) = end else { break };
-            let block: Vec<u8> = self.buf.drain(..at + sep).collect();
-            if let Some(e) = parse_block(&block[..at]) {
-                out.push(e);
-            }
+        let mut rest = bytes;
+        if self.after_cr
+            && let Some(b'\n') = rest.first()
+        {
+            rest = &rest[1..];
         }
-        if self.buf.len() > MAX_EVENT {
+        self.after_cr = false;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
+            let ended_by_cr = rest[i] == b'\r';
+            let line = if self.buf.is_empty() {
+                String::from_utf8_lossy(&rest[..i]).into_owned()
+            } else {
+                self.buf.extend_from_slice(&rest[..i]);
+                let l = String::from_utf8_lossy(&self.buf).into_owned();
+                self.buf.clear();
+                l
+            };
+            rest = &rest[i + 1..];
+            if ended_by_cr {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            self.line(&line, &mut out);
+        }
+        self.buf.extend_from_slice(rest);
+        if self.size + self.buf.len() > MAX_EVENT {
             return Err(EventTooLarge);
         }
         Ok(out)
     }
 
-    /// What is left when the stream ends (an event without its blank line).
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let rest = std::mem::take(&mut self.buf);
-        parse_block(&rest)
-    }
-}
-
-/// Position and length of the first blank line (`\n\n` or `\r\n\r\n`).
-fn find_blank_line(b: &[u8]) -> Option<(usize, usize)> {
-    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(c)) => Some(if a.0 <= c.0 { a } else { c }),
-        (a, c) => a.or(c),
-    }
-}
-
-fn parse_block(block: &[u8]) -> Option<SseEvent> {
-    let text = String::from_utf8_lossy(block);
-    let mut event = None;
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(e) = line.strip_prefix("event:") {
-            event = Some(e.trim().to_string());
-        } else if let Some(d) = line.strip_prefix("data:") {
-            data.push(d.strip_prefix(' ').unwrap_or(d));
+    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            self.size = 0;
+            let event = self.event.take();
+            if !self.data.is_empty() {
+                out.push(SseEvent {
+                    event,
+                    data: std::mem::take(&mut self.data).join("\n"),
+                });
+            }
+            return;
+        }
+        self.size += line.len();
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.trim().to_string()),
+            "data" => self.data.push(value.to_string()),
+            // Comments (an empty field name), `id`, `retry` and unknown fields.
+            _ => {}
         }
     }
-    (!data.is_empty()).then(|| SseEvent {
-        event,
-        data: data.join("\n"),
-    })
+
+    /// What is left when the stream ends (an event without its blank line).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let mut out = Vec::new();
+        if !self.buf.is_empty() {
+            let line = String::from_utf8_lossy(&std::mem::take(&mut self.buf)).into_owned();
+            self.line(&line, &mut out);
+        }
+        self.line("", &mut out);
+        out.pop()
+    }
 }
 
 /// Upstream events in, OpenAI chunks out, for one attempt.
@@ -86,7 +121,19 @@ pub struct ChunkTranslator {
     id: String,
     model: String,
     created: i64,
+    /// OpenAI: the usage chunk's figures (`Usage::default()` until it arrives).
     usage: Usage,
+    /// Anthropic: `message_start`'s usage with each `message_delta`'s laid over it
+    /// (the delta's counts are cumulative and final; newer API versions repeat the
+    /// input counts there too).
+    anthropic_usage: serde_json::Map<String, Value>,
+    /// Anthropic: a `message_delta` brought the final output count.
+    anthropic_output_final: bool,
+    /// Gemini: the latest `usageMetadata`, and whether it came with or after the
+    /// finish reason (earlier ones are running counts).
+    gemini_usage: Option<(Value, bool)>,
+    /// Usage already read elsewhere (a complete answer replayed as a stream).
+    known_usage: Option<Usage>,
     finish: Option<String>,
     role_sent: bool,
     /// The upstream said it is done (`[DONE]`, `message_stop`).
@@ -101,14 +148,49 @@ impl ChunkTranslator {
             model: dest.model.to_string(),
             created: time::OffsetDateTime::now_utc().unix_timestamp(),
             usage: Usage::default(),
+            anthropic_usage: serde_json::Map::new(),
+            anthropic_output_final: false,
+            gemini_usage: None,
+            known_usage: None,
             finish: None,
             role_sent: false,
             ended: false,
         }
     }
 
+    /// What the vendor has reported so far, each figure only once it is final: a
+    /// stream cut before its closing usage leaves the output `None`, to be charged at
+    /// its bound, never at a running count.
     pub fn usage(&self) -> Usage {
-        self.usage
+        if let Some(u) = self.known_usage {
+            return u;
+        }
+        match self.api {
+            Api::Openai => self.usage,
+            Api::Anthropic => {
+                let mut u = Value::Object(self.anthropic_usage.clone());
+                if !self.anthropic_output_final {
+                    // message_start's output_tokens is a placeholder (1), not a count.
+                    if let Some(o) = u.as_object_mut() {
+                        o.remove("output_tokens");
+                    }
+                }
+                super::anthropic::usage(&u)
+            }
+            Api::Gemini => self
+                .gemini_usage
+                .as_ref()
+                .map_or_else(Usage::default, |(m, closing)| {
+                    super::gemini::usage(m, *closing)
+                }),
+        }
+    }
+
+    /// Take the usage of a complete answer replayed through this translator as
+    /// chunks: re-reading it from the translated OpenAI block would lose what that shape
+    /// cannot say (cache writes, a figure the vendor did not report).
+    pub fn set_usage(&mut self, usage: Usage) {
+        self.known_usage = Some(usage);
     }
 
     /// The answer is complete: an explicit end marker, or a finish reason seen.
@@ -148,7 +230,7 @@ impl ChunkTranslator {
 
     fn openai(&mut self, mut v: Value) -> Vec<Value> {
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            self.usage = Usage::at(u, "/prompt_tokens", "/completion_tokens");
+            self.usage = super::openai::usage_block(u);
         }
         let choices = v.get("choices").and_then(Value::as_array);
         if choices.is_none_or(|c| c.is_empty()) {
@@ -174,10 +256,7 @@ impl ChunkTranslator {
         let ty = v.get("type").and_then(Value::as_str).or(name);
         match ty {
             Some("message_start") => {
-                self.usage.prompt_tokens = v
-                    .pointer("/message/usage/input_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                self.merge_anthropic_usage(v.pointer("/message/usage"));
                 if let Some(id) = v.pointer("/message/id").and_then(Value::as_str) {
                     self.id = format!("chatcmpl-{id}");
                 }
@@ -208,8 +287,9 @@ impl ChunkTranslator {
                 vec![]
             }
             Some("message_delta") => {
-                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
-                    self.usage.completion_tokens = n;
+                self.merge_anthropic_usage(v.get("usage"));
+                if v.pointer("/usage/output_tokens").is_some_and(Value::is_u64) {
+                    self.anthropic_output_final = true;
                 }
                 let finish = match v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     Some("max_tokens") => "length",
@@ -227,20 +307,25 @@ impl ChunkTranslator {
         }
     }
 
-    fn gemini(&mut self, v: &Value) -> Vec<Value> {
-        if v.get("usageMetadata").is_some() {
-            self.usage = Usage::at(
-                v,
-                "/usageMetadata/promptTokenCount",
-                "/usageMetadata/candidatesTokenCount",
-            );
+    /// Lay a usage object's counts over those seen before; a `null` count (the API
+    /// sends them for classes it has nothing for) does not erase an earlier figure.
+    fn merge_anthropic_usage(&mut self, u: Option<&Value>) {
+        for (k, n) in u.and_then(Value::as_object).into_iter().flatten() {
+            if n.is_u64() {
+                self.anthropic_usage.insert(k.clone(), n.clone());
+            }
         }
+    }
+
+    fn gemini(&mut self, v: &Value) -> Vec<Value> {
         let mut out = Vec::new();
         let text: String = v
             .pointer("/candidates/0/content/parts")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            // Thought summaries are not the answer (see `gemini::translate`).
+            .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect();
         if !text.is_empty() {
@@ -260,17 +345,19 @@ impl ChunkTranslator {
             self.finish = Some(finish.to_string());
             out.push(self.chunk(json!({}), Some(finish)));
         }
+        if let Some(m) = v.get("usageMetadata") {
+            // Read after the finish reason: the chunk carrying it closes the counts.
+            self.gemini_usage = Some((m.clone(), self.finish.is_some()));
+        }
         out
     }
 
     /// The closing usage chunk (OpenAI's `stream_options.include_usage` shape), with
     /// the exact cost purser recorded.
     pub fn usage_chunk(&self, cost: &str) -> Value {
-        let u = self.usage;
         json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                "choices": [],
-               "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                         "total_tokens": u.prompt_tokens + u.completion_tokens},
+               "usage": self.usage().to_openai(),
                "purser_cost": cost})
     }
 }
@@ -278,6 +365,76 @@ impl ChunkTranslator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn all(raw: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::default();
+        let mut got = Vec::new();
+        let mut from = 0;
+        for &c in cuts.iter().chain([raw.len()].iter()) {
+            let c = c.clamp(from, raw.len());
+            got.extend(d.push(&raw[from..c]).unwrap());
+            from = c;
+        }
+        got.extend(d.finish());
+        got
+    }
+
+    proptest::proptest! {
+        /// Any events, with any mix of line endings, cut into reads anywhere, decode
+        /// to the same events as the stream read whole.
+        #[test]
+        fn any_endings_and_any_cuts_give_the_same_events(
+            events in proptest::collection::vec(("[a-z_]{0,8}", proptest::collection::vec("[ -~é→]{0,12}", 1..3)), 1..6),
+            endings in proptest::collection::vec(0usize..3, 64),
+            mut cuts in proptest::collection::vec(0usize..400, 0..10),
+        ) {
+            let mut raw = String::new();
+            let mut k = 0;
+            let mut last = "";
+            // A `\r` ending followed by a `\n` ending would read as one `\r\n`: the
+            // format itself cannot tell them apart, so the generator never writes it.
+            let mut end = || {
+                k += 1;
+                let mut e = ["\n", "\r\n", "\r"][endings[k % endings.len()]];
+                if last == "\r" && e == "\n" {
+                    e = "\r\n";
+                }
+                last = e;
+                e
+            };
+            for (name, data) in &events {
+                if !name.is_empty() {
+                    raw.push_str(&format!("event: {name}{}", end()));
+                }
+                raw.push_str(&format!(": a comment{}", end()));
+                for d in data {
+                    raw.push_str(&format!("data: {d}{}", end()));
+                }
+                raw.push_str(end());
+            }
+            let raw = raw.into_bytes();
+            cuts.sort_unstable();
+            let whole = all(&raw, &[]);
+            proptest::prop_assert_eq!(whole.len(), events.len());
+            for (e, (name, data)) in whole.iter().zip(&events) {
+                proptest::prop_assert_eq!(e.event.clone(), (!name.is_empty()).then(|| name.clone()));
+                proptest::prop_assert_eq!(&e.data, &data.join("\n"));
+            }
+            proptest::prop_assert_eq!(all(&raw, &cuts), whole);
+        }
+    }
+
+    #[test]
+    fn an_event_that_never_ends_is_cut_off() {
+        let mut d = SseDecoder::default();
+        let line = vec![b'x'; 1 << 20];
+        d.push(b"data: ").unwrap();
+        let mut failed = false;
+        for _ in 0..5 {
+            failed |= d.push(&line).is_err();
+        }
+        assert!(failed);
+    }
 
     #[test]
     fn events_survive_any_chunking() {
