@@ -6,17 +6,23 @@ use super::EXIT_INVALID;
 use super::check::compile_or_report;
 use crate::decide::fails_over;
 use crate::failure::FailureClass;
+use crate::gateway::request::{Bearing, bearing};
 use crate::policy::plan::{Destination, Mode};
 use crate::selection::{self, Refusal, TokenBounds, Verdict, arithmetic};
 
-pub fn explain(
-    dir: &Path,
-    policy: &str,
-    model: &str,
-    input_bytes: u64,
-    messages: u64,
-    max_tokens: Option<u64>,
-) -> ExitCode {
+/// The request `explain` imagines.
+pub struct Imagined {
+    pub input_bytes: u64,
+    pub messages: u64,
+    pub max_tokens: Option<u64>,
+    /// `n`: choices asked for.
+    pub choices: u64,
+    /// Top-level request fields beyond model and messages.
+    pub fields: Vec<String>,
+}
+
+pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCode {
+    let (input_bytes, messages, max_tokens) = (req.input_bytes, req.messages, req.max_tokens);
     let Some(plan) = compile_or_report(dir) else {
         return ExitCode::from(EXIT_INVALID);
     };
@@ -53,7 +59,7 @@ pub fn explain(
     let bounds = TokenBounds {
         input: selection::input_bound(input_bytes, messages),
         output: max_tokens.unwrap_or(p.max_output_tokens),
-        choices: 1,
+        choices: req.choices.max(1),
     };
     let _ = writeln!(
         s,
@@ -68,6 +74,40 @@ pub fn explain(
             "the policy's max_output_tokens"
         }
     );
+    if bounds.choices > 1 {
+        let _ = writeln!(
+            s,
+            "   n = {}: each choice may reach the output bound, so the output side counts {} tokens",
+            bounds.choices,
+            bounds.total_output()
+        );
+    }
+    for f in &req.fields {
+        let risk = match bearing(f) {
+            Some(Bearing::Unbounded(why)) => Some(why),
+            None => Some("purser does not know what this field costs"),
+            Some(Bearing::Neutral | Bearing::Input | Bearing::OutputCap | Bearing::Choices) => None,
+        };
+        match (risk, p.ceiling.mode) {
+            (None, _) => {
+                let _ = writeln!(s, "   field `{f}`: bounded (counted in the bounds above)");
+            }
+            (Some(why), Mode::Hard) => {
+                let _ = writeln!(
+                    s,
+                    "   field `{f}`: cannot be bounded ({why}) → refused under a hard ceiling: invalid_request (400)"
+                );
+                print!("{s}");
+                return ExitCode::SUCCESS;
+            }
+            (Some(why), Mode::Soft) => {
+                let _ = writeln!(
+                    s,
+                    "   field `{f}`: RISK — cannot be bounded ({why}); allowed under a soft ceiling, and the worst case below does not include it"
+                );
+            }
+        }
+    }
     let _ = writeln!(
         s,
         "2. candidates in order (pool first, then accounts cheapest-first for these bounds):"

@@ -74,6 +74,13 @@ pub enum Command {
         /// The request's max_tokens; the policy's max_output_tokens when absent.
         #[arg(long)]
         max_tokens: Option<u64>,
+        /// The request's `n` (choices asked for).
+        #[arg(long, default_value_t = 1)]
+        n: u64,
+        /// A top-level request field the request sends (repeatable), e.g.
+        /// `--field prediction`: shows whether its cost can be bounded.
+        #[arg(long = "field")]
+        fields: Vec<String>,
     },
     /// Run the gateway.
     Serve {
@@ -253,7 +260,20 @@ pub fn run(cli: Cli) -> ExitCode {
             input_bytes,
             messages,
             max_tokens,
-        } => explain::explain(&dir, &policy, &model, input_bytes, messages, max_tokens),
+            n,
+            fields,
+        } => explain::explain(
+            &dir,
+            &policy,
+            &model,
+            &explain::Imagined {
+                input_bytes,
+                messages,
+                max_tokens,
+                choices: n,
+                fields,
+            },
+        ),
         Command::Audit(args) => audit::audit(&args),
         Command::Backup { db, dest } => match crate::ledger::backup_file(&db, &dest) {
             Ok(()) => {
