@@ -91,8 +91,12 @@ pub struct AttemptReport {
 pub enum GatewayError {
     #[error("missing or unknown client key")]
     Unauthorized,
-    #[error("{0}")]
-    InvalidRequest(String),
+    /// The request is at fault; `param` names the field when one is (OpenAI's `param`).
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+    },
     #[error("model `{model}` is not allowed by policy `{policy}`; allowed: {allowed}")]
     ModelNotAllowed {
         model: String,
@@ -126,10 +130,32 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
+    /// An invalid request, naming the field at fault.
+    pub fn invalid(message: impl Into<String>, param: Option<&str>) -> GatewayError {
+        GatewayError::InvalidRequest {
+            message: message.into(),
+            param: param.map(str::to_string),
+        }
+    }
+
+    /// The request field this error names, when one is at fault.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            GatewayError::InvalidRequest { param, .. } => param.as_deref(),
+            GatewayError::Unauthorized
+            | GatewayError::ModelNotAllowed { .. }
+            | GatewayError::NoDestination { .. }
+            | GatewayError::CeilingExceeded(_)
+            | GatewayError::BudgetExhausted(_)
+            | GatewayError::LedgerUnavailable(_)
+            | GatewayError::Upstream { .. } => None,
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         match self {
             GatewayError::Unauthorized => "unauthorized",
-            GatewayError::InvalidRequest(_) => "invalid_request",
+            GatewayError::InvalidRequest { .. } => "invalid_request",
             GatewayError::ModelNotAllowed { .. } => "model_not_allowed",
             GatewayError::NoDestination { .. } => "no_destination",
             GatewayError::CeilingExceeded(_) => "ceiling_exceeded",
@@ -211,28 +237,29 @@ struct Parsed {
 }
 
 fn parse(body: &Value) -> Result<Parsed, GatewayError> {
-    let bad = |m: &str| GatewayError::InvalidRequest(m.to_string());
+    let bad = |m: &str, param: &str| GatewayError::invalid(m, Some(param));
     let obj = body
         .as_object()
-        .ok_or_else(|| bad("the body must be a JSON object"))?;
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
     let model = match obj.get("model") {
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(bad("`model` must be a non-empty string")),
-        None => return Err(bad("missing required field `model`")),
+        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
+        None => return Err(bad("missing required field `model`", "model")),
     };
     let messages = match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
-        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty")),
-        Some(_) => return Err(bad("`messages` must be an array")),
-        None => return Err(bad("missing required field `messages`")),
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty", "messages")),
+        Some(_) => return Err(bad("`messages` must be an array", "messages")),
+        None => return Err(bad("missing required field `messages`", "messages")),
     };
     let mut text_bytes = 0u64;
     let mut images = 0u64;
     for (i, m) in messages.iter().enumerate() {
         let Some(role) = m.get("role").and_then(Value::as_str) else {
-            return Err(GatewayError::InvalidRequest(format!(
-                "messages[{i}].role must be a string"
-            )));
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].role must be a string"),
+                Some(&format!("messages[{i}].role")),
+            ));
         };
         text_bytes += role.len() as u64;
         match m.get("content") {
@@ -254,9 +281,10 @@ fn parse(body: &Value) -> Result<Parsed, GatewayError> {
                 }
             }
             Some(_) => {
-                return Err(GatewayError::InvalidRequest(format!(
-                    "messages[{i}].content must be a string or an array of parts"
-                )));
+                return Err(GatewayError::invalid(
+                    format!("messages[{i}].content must be a string or an array of parts"),
+                    Some(&format!("messages[{i}].content")),
+                ));
             }
         }
         // Tool calls and names are sent too.
@@ -275,7 +303,7 @@ fn parse(body: &Value) -> Result<Parsed, GatewayError> {
         match obj.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v.as_u64().filter(|n| *n > 0).map(Some).ok_or_else(|| {
-                GatewayError::InvalidRequest(format!("`{k}` must be a positive integer"))
+                GatewayError::invalid(format!("`{k}` must be a positive integer"), Some(k))
             }),
         }
     };
@@ -283,7 +311,7 @@ fn parse(body: &Value) -> Result<Parsed, GatewayError> {
     let stream = match obj.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad("`stream` must be a boolean")),
+        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
     };
     Ok(Parsed {
         model,
@@ -457,7 +485,7 @@ impl Engine {
                     // Upstream refusals are counted by class where they are decided.
                     GatewayError::Upstream { .. } | GatewayError::LedgerUnavailable(_) => {}
                     GatewayError::Unauthorized
-                    | GatewayError::InvalidRequest(_)
+                    | GatewayError::InvalidRequest { .. }
                     | GatewayError::ModelNotAllowed { .. }
                     | GatewayError::NoDestination { .. }
                     | GatewayError::CeilingExceeded(_)
@@ -517,7 +545,13 @@ impl Engine {
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
-        let selected = match self.select(plan, breakers, policy, &parsed) {
+        // The destination's API decides which fields it can take (`upstream::fields`):
+        // checked once the primary is known, before any admission or call.
+        let selected = match self.select(plan, breakers, policy, &parsed).and_then(|s| {
+            upstream::fields::check(s.primary.api, &body)
+                .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
+                .map(|()| s)
+        }) {
             Ok(s) => s,
             Err(e) => {
                 self.ledger

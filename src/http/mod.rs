@@ -58,6 +58,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
@@ -112,13 +113,51 @@ async fn metrics(State(AppState { engine, .. }): State<AppState>) -> Response {
         .into_response()
 }
 
+/// One model object as OpenAI lists it. `created` is when this gateway started
+/// serving: purser has no training date to give, and a stable value keeps clients'
+/// caches quiet.
+fn model_object(id: &str, created: i64) -> Value {
+    json!({"id": id, "object": "model", "created": created, "owned_by": "purser"})
+}
+
+/// When this process started serving, in Unix seconds.
+fn started() -> i64 {
+    static STARTED: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(|| time::OffsetDateTime::now_utc().unix_timestamp())
+}
+
 async fn models(State(AppState { engine, .. }): State<AppState>, headers: HeaderMap) -> Response {
     match engine.models_for(bearer(&headers).unwrap_or("")) {
         Ok(models) => axum::Json(json!({
             "object": "list",
-            "data": models.iter().map(|m| json!({"id": m, "object": "model", "owned_by": "purser"})).collect::<Vec<_>>(),
+            "data": models.iter().map(|m| model_object(m, started())).collect::<Vec<_>>(),
         }))
         .into_response(),
+        Err(e) => error_response(None, &e),
+    }
+}
+
+/// `GET /v1/models/{id}`: the model when the caller's policy allows it, else
+/// OpenAI's 404. The id is matched whole, slashes included (`org/model` names).
+async fn model(
+    State(AppState { engine, .. }): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match engine.models_for(bearer(&headers).unwrap_or("")) {
+        Ok(models) if models.iter().any(|m| *m == id) => {
+            axum::Json(model_object(&id, started())).into_response()
+        }
+        Ok(_) => envelope(Envelope {
+            status: StatusCode::NOT_FOUND,
+            code: "model_not_found",
+            ty: "invalid_request_error",
+            message: &format!("The model `{id}` does not exist or you do not have access to it."),
+            param: Some("model"),
+            provider: None,
+            request_id: None,
+            attempts: &[],
+        }),
         Err(e) => error_response(None, &e),
     }
 }
@@ -131,17 +170,18 @@ async fn chat(
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return envelope(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                "invalid_request_error",
-                "the request body is larger than this gateway accepts",
-                None,
-                None,
-                &[],
-            );
+            return envelope(Envelope {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "payload_too_large",
+                ty: "invalid_request_error",
+                message: "the request body is larger than this gateway accepts",
+                param: None,
+                provider: None,
+                request_id: None,
+                attempts: &[],
+            });
         }
-        Err(e) => return error_response(None, &GatewayError::InvalidRequest(e.body_text())),
+        Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
     };
     let key = bearer(&headers);
     if key.is_none() {
@@ -152,7 +192,7 @@ async fn chat(
         Err(e) => {
             return error_response(
                 None,
-                &GatewayError::InvalidRequest(format!("the body is not valid JSON: {e}")),
+                &GatewayError::invalid(format!("the body is not valid JSON: {e}"), None),
             );
         }
     };
@@ -209,7 +249,7 @@ fn served_response(s: Served) -> Response {
 pub fn status_of(e: &GatewayError) -> StatusCode {
     match e {
         GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
-        GatewayError::InvalidRequest(_) | GatewayError::NoDestination { .. } => {
+        GatewayError::InvalidRequest { .. } | GatewayError::NoDestination { .. } => {
             StatusCode::BAD_REQUEST
         }
         GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
@@ -248,7 +288,7 @@ fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> 
 fn error_type(e: &GatewayError) -> &'static str {
     match e {
         GatewayError::Unauthorized => "authentication_error",
-        GatewayError::InvalidRequest(_)
+        GatewayError::InvalidRequest { .. }
         | GatewayError::ModelNotAllowed { .. }
         | GatewayError::NoDestination { .. } => "invalid_request_error",
         GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
@@ -264,15 +304,16 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         } => (Some(provider.as_str()), attempts.as_slice()),
         _ => (None, &[][..]),
     };
-    let mut r = envelope(
-        status_of(e),
-        e.code(),
-        error_type(e),
-        &e.to_string(),
+    let mut r = envelope(Envelope {
+        status: status_of(e),
+        code: e.code(),
+        ty: error_type(e),
+        message: &e.to_string(),
+        param: e.param(),
         provider,
         request_id,
         attempts,
-    );
+    });
     if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
         r.headers_mut().insert("x-purser-request-id", id);
     }
@@ -281,22 +322,28 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
     r
 }
 
-fn envelope(
+/// The fields of one error envelope (DESIGN 6, plus OpenAI's `param`).
+struct Envelope<'a> {
     status: StatusCode,
-    code: &str,
-    ty: &str,
-    message: &str,
-    provider: Option<&str>,
-    request_id: Option<&str>,
-    attempts: &[crate::gateway::AttemptReport],
-) -> Response {
+    code: &'a str,
+    ty: &'a str,
+    message: &'a str,
+    /// The request field at fault, as OpenAI names it; null when none is.
+    param: Option<&'a str>,
+    provider: Option<&'a str>,
+    request_id: Option<&'a str>,
+    attempts: &'a [crate::gateway::AttemptReport],
+}
+
+fn envelope(e: Envelope<'_>) -> Response {
     let body = json!({"error": {
-        "message": message,
-        "type": ty,
-        "code": code,
-        "provider": provider,
-        "request_id": request_id,
-        "attempts": attempts,
+        "message": e.message,
+        "type": e.ty,
+        "param": e.param,
+        "code": e.code,
+        "provider": e.provider,
+        "request_id": e.request_id,
+        "attempts": e.attempts,
     }});
-    (status, axum::Json(body)).into_response()
+    (e.status, axum::Json(body)).into_response()
 }
