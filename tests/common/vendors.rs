@@ -75,6 +75,9 @@ pub struct Call {
 struct Book {
     scripts: HashMap<String, VecDeque<Script>>,
     calls: HashMap<String, Vec<Call>>,
+    /// Per provider: how many events each write of a normal stream carries, cycling
+    /// through the list call by call (absent: one event per write).
+    batches: HashMap<String, Vec<usize>>,
 }
 
 #[derive(Clone)]
@@ -145,6 +148,17 @@ impl Vendors {
             .insert(provider.into(), answers.into());
     }
 
+    /// Make `provider`'s normal streams batch their events: call k writes its events
+    /// `sizes[k % len]` at a time in one write each, as a real link coalesces them
+    /// (`usize::MAX`: the whole stream in one write).
+    pub fn batch_events(&self, provider: &str, sizes: Vec<usize>) {
+        self.book
+            .lock()
+            .unwrap()
+            .batches
+            .insert(provider.into(), sizes);
+    }
+
     /// How many calls `provider` received.
     pub fn calls(&self, provider: &str) -> usize {
         self.sent(provider).len()
@@ -181,13 +195,23 @@ impl Vendors {
         *self.book.lock().unwrap() = Book::default();
     }
 
-    fn take(&self, provider: &str, call: Call) -> Script {
+    /// The script for this call, and how many events each write of it carries.
+    fn take_batched(&self, provider: &str, call: Call) -> (Script, usize) {
         let mut book = self.book.lock().unwrap();
-        book.calls.entry(provider.into()).or_default().push(call);
-        book.scripts
+        let calls = book.calls.entry(provider.into()).or_default();
+        calls.push(call);
+        let n = calls.len() - 1;
+        let batch = book
+            .batches
+            .get(provider)
+            .filter(|b| !b.is_empty())
+            .map_or(1, |b| b[n % b.len()].max(1));
+        let script = book
+            .scripts
             .get_mut(provider)
             .and_then(VecDeque::pop_front)
-            .unwrap_or(Script::Ok)
+            .unwrap_or(Script::Ok);
+        (script, batch)
     }
 }
 
@@ -256,6 +280,11 @@ fn sse(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> Response {
         .into_response()
 }
 
+/// Events joined `per_write` at a time, so each write carries several.
+fn batched(events: Vec<String>, per_write: usize) -> Vec<String> {
+    events.chunks(per_write).map(|c| c.concat()).collect()
+}
+
 fn async_stream(
     events: Vec<String>,
     cut_after: Option<usize>,
@@ -293,9 +322,16 @@ async fn answer(
     model: String,
     stream: bool,
 ) -> Response {
+    let (script, batch) = v.take_batched(
+        &provider,
+        Call {
+            key: key.clone(),
+            body,
+        },
+    );
     let normal = |provider: &str, model: &str| {
         if stream {
-            sse(events(api, provider, model), None, 0)
+            sse(batched(events(api, provider, model), batch), None, 0)
         } else {
             json(
                 StatusCode::OK,
@@ -303,13 +339,6 @@ async fn answer(
             )
         }
     };
-    let script = v.take(
-        &provider,
-        Call {
-            key: key.clone(),
-            body,
-        },
-    );
     match script {
         Script::Ok => normal(&provider, &model),
         Script::Status(status, body) => json(StatusCode::from_u16(status).unwrap(), body),
