@@ -51,7 +51,9 @@ fn deselected() -> Vec<(String, &'static str)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_api_tests_pass_through_purser_for_every_vendor_api() {
     if !sdk::prerequisite(
-        sdk::python_has(&["pytest", "pytest_asyncio", "rich", "aiohttp", "httpx2"]).map_err(|e| println!("{e}")).is_ok(),
+        sdk::python_has(&["pytest", "pytest_asyncio", "rich", "aiohttp", "httpx2"])
+            .map_err(|e| println!("{e}"))
+            .is_ok(),
         "the openai SDK and its test requirements are not importable",
     ) {
         return;
@@ -101,13 +103,21 @@ async fn the_sdk_api_tests_pass_through_purser_for_every_vendor_api() {
         .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stdout.lines().rev().find(|l| l.contains(" in ")).unwrap_or_default().to_string();
+        let last = stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains(" in "))
+            .unwrap_or_default()
+            .to_string();
         println!("{api}: {last}");
         assert!(
             out.status.success() && !last.contains("failed") && !last.contains("error"),
             "the SDK's tests failed through purser in front of {api}:\n{stdout}\n{stderr}"
         );
-        assert!(g.vendors.calls("vendor") > 0, "{api}: no call reached the vendor");
+        assert!(
+            g.vendors.calls("vendor") > 0,
+            "{api}: no call reached the vendor"
+        );
         summary.push(format!("{api}: {last}"));
     }
     println!("SDK api tests through purser:\n{}", summary.join("\n"));

@@ -67,15 +67,12 @@ fn vendor_sent(api: &str) -> (String, String, [u64; 3]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_streams_read_to_the_end_match_what_the_vendor_sent_for_every_api() {
     if !sdk::prerequisite(
-        sdk::python_has(&[])
-            .map_err(|e| println!("{e}"))
-            .is_ok(),
+        sdk::python_has(&[]).map_err(|e| println!("{e}")).is_ok(),
         "the openai client is not importable",
     ) {
         return;
     }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/sdk_streams.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/sdk_streams.py");
     let (mut failures, mut counts) = (Vec::new(), Vec::new());
     for api in ["openai", "anthropic", "gemini"] {
         let g = common::start(|vendors| {
@@ -131,7 +128,9 @@ async fn fifty_streams_read_to_the_end_match_what_the_vendor_sent_for_every_api(
         let calls = g.vendors.calls("vendor");
         if calls != STREAMS {
             // A stream that fails counts against the breaker, which then stops calls.
-            failures.push(format!("{api}: the vendor was called {calls} times for {STREAMS} streams"));
+            failures.push(format!(
+                "{api}: the vendor was called {calls} times for {STREAMS} streams"
+            ));
         }
         counts.push(format!("{api}: {whole}/{STREAMS}"));
     }

@@ -545,10 +545,11 @@ impl Engine {
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
-        // The destination's API decides which fields it can take (`upstream::fields`):
-        // checked once the primary is known, before any admission or call.
+        // Each destination's API decides which fields it can take (`upstream::fields`):
+        // the primary's and the alternate's, checked before any admission or call.
         let selected = match self.select(plan, breakers, policy, &parsed).and_then(|s| {
-            upstream::fields::check(s.primary.api, &body)
+            let alternate = s.alternate.as_ref().map(|a| a.destination.api);
+            upstream::fields::check_route(s.primary.api, alternate, &body)
                 .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
                 .map(|()| s)
         }) {

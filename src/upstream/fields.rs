@@ -56,8 +56,10 @@ impl Row {
 
 /// A field the destination's API cannot take: refused before any upstream call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{param}` is not supported when the destination is {} (provider API `{}`): {why}", vendor(*api), api.as_str())]
+#[error("`{param}` is not supported when the {} is {} (provider API `{}`): {why}", if *alternate { "policy's alternate destination" } else { "destination" }, vendor(*api), api.as_str())]
 pub struct FieldRefusal {
+    /// True when the alternate's API refused (the primary's took the request).
+    pub alternate: bool,
     /// The table row that refused.
     pub field: &'static str,
     /// Where in this request: the row's path with indices filled in (OpenAI's `param`).
@@ -162,7 +164,7 @@ pub static TABLE: &[Row] = &[
         gemini: T("`contents`"),
     },
     Row {
-        field: "messages[].role=system|developer",
+        field: "messages[].role=system/developer",
         openai: P,
         anthropic: T("lifted to the top-level `system` text (joined by a blank line)"),
         gemini: T("lifted to `systemInstruction.parts`"),
@@ -584,6 +586,7 @@ static CATCH_ALL: Row = Row {
 /// Apply one row to one value at `param`.
 fn apply(api: Api, row: &'static Row, param: String, v: &Value) -> Result<(), FieldRefusal> {
     let refuse = |why| FieldRefusal {
+        alternate: false,
         field: row.field,
         param: param.clone(),
         api,
@@ -601,6 +604,21 @@ fn apply(api: Api, row: &'static Row, param: String, v: &Value) -> Result<(), Fi
                 Err(refuse(refused))
             }
         }
+    }
+}
+
+/// The check of a whole route: a request must be one every destination it may reach
+/// can take, so the alternate's API is checked with the primary's, before admission.
+/// Checking it only at failover would refuse after a billed primary attempt, and
+/// would make an outage change which fields a request may carry.
+pub fn check_route(primary: Api, alternate: Option<Api>, body: &Value) -> Result<(), FieldRefusal> {
+    check(primary, body)?;
+    match alternate {
+        Some(api) => check(api, body).map_err(|r| FieldRefusal {
+            alternate: true,
+            ..r
+        }),
+        None => Ok(()),
     }
 }
 
@@ -643,7 +661,7 @@ fn check_messages(api: Api, messages: &Value) -> Result<(), FieldRefusal> {
         let Some(m) = m.as_object() else { continue };
         let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
         let role_row = match role {
-            "system" | "developer" => "messages[].role=system|developer",
+            "system" | "developer" => "messages[].role=system/developer",
             "user" => "messages[].role=user",
             "assistant" => "messages[].role=assistant",
             "tool" => "messages[].role=tool",
@@ -712,9 +730,9 @@ pub fn markdown() -> String {
          Nothing is dropped silently: a field not in this table passes to an\n\
          OpenAI-compatible server and is refused for Anthropic and Gemini (row `*`). A field\n\
          set to `null` means the default and is not sent to Anthropic or Gemini.\n\n\
-         With an alternate configured, the primary's API is checked before admission; when\n\
-         the request fails over, the alternate's API is checked before its call, and a\n\
-         refusal there stops the request with that reason.\n\n\
+         A request must be one every destination it may reach can take: when the policy\n\
+         names an alternate for the model, the alternate's API is checked with the\n\
+         primary's, before admission (the message then says it was the alternate's).\n\n\
          | field | OpenAI-compatible | Anthropic | Gemini |\n|---|---|---|---|\n",
     );
     for r in TABLE {

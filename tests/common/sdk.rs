@@ -22,7 +22,9 @@ pub fn prerequisite(ok: bool, what: &str) -> bool {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and a prerequisite is missing: {what} (pip install -r tests/requirements.txt; .ci/run does)");
+        panic!(
+            "CI=true and a prerequisite is missing: {what} (pip install -r tests/requirements.txt; .ci/run does)"
+        );
     }
     eprintln!("SKIPPED: {what} (pip install -r tests/requirements.txt; with CI=true this fails)");
     false
@@ -54,7 +56,13 @@ pub fn sdist() -> Result<PathBuf, String> {
     }
     std::fs::create_dir_all(&base).map_err(|e| e.to_string())?;
     let out = Command::new(python())
-        .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(["--no-deps", "--no-binary", ":all:"])
         .arg(format!("openai=={OPENAI_VERSION}"))
         .arg("-d")
