@@ -145,7 +145,7 @@ async fn model(
     headers: HeaderMap,
 ) -> Response {
     match engine.models_for(bearer(&headers).unwrap_or("")) {
-        Ok(models) if models.iter().any(|m| *m == id) => {
+        Ok(models) if models.contains(&id) => {
             axum::Json(model_object(&id, started())).into_response()
         }
         Ok(_) => envelope(Envelope {
