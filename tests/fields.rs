@@ -746,3 +746,85 @@ async fn the_alternates_api_is_checked_before_admission_too() {
     let (status, _, body) = g.chat(KEY, "m").await;
     assert_eq!(status, 200, "{body}");
 }
+
+/// Tool calls survive translation both ways: the vendor's own call (Anthropic
+/// `tool_use`, Gemini `functionCall`) reaches the client as OpenAI `tool_calls`, and
+/// when the client sends that message back with the `tool` result, the vendor receives
+/// its own call and a result naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_and_results_survive_the_round_trip() {
+    use common::vendors::Script;
+    let g = common::start(|vendors| {
+        vec![
+            provider(vendors, "to-anthropic", "anthropic", "us", &[("m-anthropic", "0.15", "0.60")]),
+            provider(vendors, "to-gemini", "gemini", "us", &[("m-gemini", "0.15", "0.60")]),
+            format!(
+                "kind: policy\nid: pol\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [m-anthropic, m-gemini]\njurisdictions: [us]\nceiling: {{ per_request: \"5.00\", mode: soft }}\nmax_output_tokens: 256\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await;
+    g.vendors.script(
+        "to-anthropic",
+        vec![Script::Status(
+            200,
+            r#"{"id":"msg_1","type":"message","role":"assistant","model":"m-anthropic","content":[{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use","usage":{"input_tokens":20,"output_tokens":9}}"#.into(),
+        )],
+    );
+    g.vendors.script(
+        "to-gemini",
+        vec![Script::Status(
+            200,
+            r#"{"candidates":[{"content":{"role":"model","parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":20,"candidatesTokenCount":9}}"#.into(),
+        )],
+    );
+    let http = reqwest::Client::new();
+    for api in ["anthropic", "gemini"] {
+        let model = format!("m-{api}");
+        let mut messages = vec![json!({"role": "user", "content": "Weather in Paris?"})];
+        let ask = |messages: &Vec<Value>| {
+            http.post(g.url("/v1/chat/completions"))
+                .bearer_auth(KEY)
+                .json(&json!({"model": model, "messages": messages, "tools": [weather_tool()]}))
+                .send()
+        };
+        let first: Value = ask(&messages).await.unwrap().json().await.unwrap();
+        let message = first["choices"][0]["message"].clone();
+        let call = &message["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "get_weather", "{api}: {first}");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"city": "Paris"}), "{api}");
+        let id = call["id"].as_str().unwrap().to_string();
+        messages.push(message);
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": "{\"temp\":21}"}));
+        let second = ask(&messages).await.unwrap();
+        assert_eq!(second.status().as_u16(), 200, "{api}");
+        let sent = g.vendors.sent(&format!("to-{api}"));
+        let body = &sent[1].body;
+        if api == "anthropic" {
+            assert_eq!(
+                body["messages"][1]["content"],
+                json!([{"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}}]),
+                "{body}"
+            );
+            assert_eq!(
+                body["messages"][2]["content"],
+                json!([{"type": "tool_result", "tool_use_id": "toolu_01", "content": "{\"temp\":21}"}]),
+                "{body}"
+            );
+        } else {
+            assert_eq!(
+                body["contents"][1]["parts"],
+                json!([{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]),
+                "{body}"
+            );
+            assert_eq!(
+                body["contents"][2],
+                json!({"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"temp": 21}}}]}),
+                "{body}"
+            );
+        }
+    }
+}
