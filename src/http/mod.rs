@@ -84,6 +84,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
     let plan_id = engine.plan().id().to_string();
+    // After a failed write, ask the ledger to write one small row: its success makes
+    // the node ready again by itself, even when no request arrives (a drained node).
+    if !engine.ledger.writable() {
+        let _ = engine.ledger.probe().await;
+    }
     if !engine.ledger.writable() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -138,7 +143,8 @@ async fn models(State(AppState { engine, .. }): State<AppState>, headers: Header
 }
 
 /// `GET /v1/models/{id}`: the model when the caller's policy allows it, else
-/// OpenAI's 404. The id is matched whole, slashes included (`org/model` names).
+/// OpenAI's 404. The id is matched whole, slashes included, so an `org/model` id gets
+/// the envelope rather than the router's empty 404.
 async fn model(
     State(AppState { engine, .. }): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<String>,
@@ -148,16 +154,16 @@ async fn model(
         Ok(models) if models.contains(&id) => {
             axum::Json(model_object(&id, started())).into_response()
         }
-        Ok(_) => envelope(Envelope {
-            status: StatusCode::NOT_FOUND,
-            code: "model_not_found",
-            ty: "invalid_request_error",
-            message: &format!("The model `{id}` does not exist or you do not have access to it."),
-            param: Some("model"),
-            provider: None,
-            request_id: None,
-            attempts: &[],
-        }),
+        Ok(_) => envelope(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            "invalid_request_error",
+            &format!("The model `{id}` does not exist or you do not have access to it."),
+            None,
+            None,
+            &[],
+            Some("model"),
+        ),
         Err(e) => error_response(None, &e),
     }
 }
@@ -170,16 +176,16 @@ async fn chat(
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return envelope(Envelope {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                code: "payload_too_large",
-                ty: "invalid_request_error",
-                message: "the request body is larger than this gateway accepts",
-                param: None,
-                provider: None,
-                request_id: None,
-                attempts: &[],
-            });
+            return envelope(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "invalid_request_error",
+                "the request body is larger than this gateway accepts",
+                None,
+                None,
+                &[],
+                None,
+            );
         }
         Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
     };
@@ -304,16 +310,16 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         } => (Some(provider.as_str()), attempts.as_slice()),
         _ => (None, &[][..]),
     };
-    let mut r = envelope(Envelope {
-        status: status_of(e),
-        code: e.code(),
-        ty: error_type(e),
-        message: &e.to_string(),
-        param: e.param(),
+    let mut r = envelope(
+        status_of(e),
+        e.code(),
+        error_type(e),
+        &e.to_string(),
         provider,
         request_id,
         attempts,
-    });
+        e.param(),
+    );
     if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
         r.headers_mut().insert("x-purser-request-id", id);
     }
@@ -322,28 +328,27 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
     r
 }
 
-/// The fields of one error envelope (DESIGN 6, plus OpenAI's `param`).
-struct Envelope<'a> {
+// Each argument is one field of the OpenAI envelope DESIGN extends.
+#[allow(clippy::too_many_arguments)]
+fn envelope(
     status: StatusCode,
-    code: &'a str,
-    ty: &'a str,
-    message: &'a str,
-    /// The request field at fault, as OpenAI names it; null when none is.
-    param: Option<&'a str>,
-    provider: Option<&'a str>,
-    request_id: Option<&'a str>,
-    attempts: &'a [crate::gateway::AttemptReport],
-}
-
-fn envelope(e: Envelope<'_>) -> Response {
+    code: &str,
+    ty: &str,
+    message: &str,
+    provider: Option<&str>,
+    request_id: Option<&str>,
+    attempts: &[crate::gateway::AttemptReport],
+    param: Option<&str>,
+) -> Response {
+    // `param` names the request field at fault, as OpenAI's own errors do.
     let body = json!({"error": {
-        "message": e.message,
-        "type": e.ty,
-        "param": e.param,
-        "code": e.code,
-        "provider": e.provider,
-        "request_id": e.request_id,
-        "attempts": e.attempts,
+        "message": message,
+        "type": ty,
+        "param": param,
+        "code": code,
+        "provider": provider,
+        "request_id": request_id,
+        "attempts": attempts,
     }});
-    (e.status, axum::Json(body)).into_response()
+    (status, axum::Json(body)).into_response()
 }

@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use super::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 5] = [
+pub const MIGRATIONS: [(u32, &str, &str); 6] = [
     (
         1,
         "0001_init",
@@ -31,6 +31,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 5] = [
         5,
         "0005_cheaper_rows",
         include_str!("../../migrations/0005_cheaper_rows.sql"),
+    ),
+    (
+        6,
+        "0006_cost_basis",
+        include_str!("../../migrations/0006_cost_basis.sql"),
     ),
 ];
 

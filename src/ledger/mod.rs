@@ -24,9 +24,11 @@ use tokio::sync::oneshot;
 pub use migrate::{MIGRATIONS, latest as latest_version, migrate_to};
 pub use writer::Op;
 
-use crate::failure::Billing;
+use crate::decide::Action;
+use crate::failure::{Billing, FailureClass};
 use crate::money::Money;
 use crate::policy::plan::{Mode, Period};
+use crate::pricing::CostBasis;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -131,15 +133,43 @@ pub struct AttemptResult {
     pub seq: u32,
     pub finished_at: time::OffsetDateTime,
     pub status: Option<u16>,
-    /// `success` or a failure class name.
-    pub class: String,
+    /// `None`: the attempt succeeded.
+    pub class: Option<FailureClass>,
     pub billing: Billing,
-    pub decision: String,
+    pub decision: Decision,
     pub reason: String,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub cost: Money,
+    /// How `cost` was reached; `None` when nothing was answered to price.
+    pub cost_basis: Option<CostBasis>,
     pub message: Option<String>,
+}
+
+impl AttemptResult {
+    /// The class column: `success` or the failure class.
+    pub fn class_name(&self) -> &'static str {
+        self.class.map_or("success", FailureClass::as_str)
+    }
+}
+
+/// What followed an attempt, as the ledger's `decision` column records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The attempt's answer went to the client.
+    Served,
+    /// The decision after a failure.
+    After(Action),
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Served => "served",
+            Decision::After(a) => a.as_str(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -489,6 +519,35 @@ impl Ledger {
     /// Complete the request and settle its reservations to what it was charged.
     pub async fn finish_request(&self, r: RequestResult) -> Result<(), LedgerError> {
         self.call(Op::FinishRequest(r)).await
+    }
+
+    /// Raise what the request holds in each of its budget windows by `extra`, before
+    /// a failover's call; refused, with nothing changed, when any window would pass its
+    /// limit.
+    pub async fn top_up(&self, request_id: &str, extra: Money) -> Result<(), LedgerError> {
+        self.call(Op::TopUp {
+            request_id: request_id.to_string(),
+            extra,
+        })
+        .await
+    }
+
+    /// A live process gives up on a request it can no longer finish (its task died, or
+    /// its last write failed): like start-up recovery, its in-flight attempts become
+    /// `interrupted` / `maybe_billed` and what it holds is counted as spent. A request
+    /// no longer in flight is left alone.
+    pub async fn interrupt(&self, request_id: &str, reason: &str) -> Result<(), LedgerError> {
+        self.call(Op::Interrupt {
+            request_id: request_id.to_string(),
+            reason: reason.to_string(),
+        })
+        .await
+    }
+
+    /// A write that costs one small row: readiness asks it after a failed write, and
+    /// its success makes the ledger writable again.
+    pub async fn probe(&self) -> Result<(), LedgerError> {
+        self.call(Op::Probe).await
     }
 
     /// Operator settlement of an interrupted request: its charge becomes `cost`.

@@ -45,6 +45,14 @@ pub enum Script {
     StreamErrorAfter(usize, String),
     /// A normal stream with this many milliseconds between events.
     StreamSlow(u64),
+    /// A normal stream written in one write: every event, `[DONE]` included, arrives
+    /// in one read, as it often does on a real link under load.
+    StreamBatched,
+    /// This exact SSE body, written as these pieces with a pause between them, so
+    /// the reads split where a test wants them to.
+    StreamPieces(Vec<Vec<u8>>),
+    /// The normal answer (plain or streamed) with every usage figure taken out.
+    NoUsage,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -69,6 +77,8 @@ impl Api {
 pub struct Call {
     pub key: String,
     pub body: Value,
+    /// The `x-purser-attempt` header: which ledger attempt (`request_id/seq`) sent it.
+    pub attempt: String,
 }
 
 #[derive(Default)]
@@ -317,7 +327,7 @@ async fn answer(
     v: Vendors,
     api: Api,
     provider: String,
-    key: String,
+    (key, attempt): (String, String),
     body: Value,
     model: String,
     stream: bool,
@@ -327,6 +337,7 @@ async fn answer(
         Call {
             key: key.clone(),
             body,
+            attempt,
         },
     );
     let normal = |provider: &str, model: &str| {
@@ -361,6 +372,22 @@ async fn answer(
             sse(evs, None, 0)
         }
         Script::StreamSlow(ms) => sse(events(api, &provider, &model), None, ms),
+        Script::StreamBatched => sse(vec![events(api, &provider, &model).concat()], None, 0),
+        Script::StreamPieces(pieces) => pieces_response(pieces),
+        Script::NoUsage if stream => {
+            let evs = events(api, &provider, &model)
+                .into_iter()
+                .filter_map(|e| without_usage_event(&e))
+                .collect();
+            sse(evs, None, 0)
+        }
+        Script::NoUsage => {
+            let mut v: Value =
+                serde_json::from_str(&fixture(&format!("{}.json", api.name()), &provider, &model))
+                    .unwrap();
+            strip_usage(&mut v);
+            json(StatusCode::OK, v.to_string())
+        }
     }
 }
 
@@ -380,7 +407,8 @@ async fn openai(
     let key = header(&h, "authorization")
         .trim_start_matches("Bearer ")
         .to_string();
-    answer_named_in_body(v, Api::Openai, provider, key, body.0).await
+    let who = (key, header(&h, "x-purser-attempt"));
+    answer_named_in_body(v, Api::Openai, provider, who, body.0).await
 }
 
 async fn anthropic(
@@ -389,8 +417,8 @@ async fn anthropic(
     h: HeaderMap,
     body: axum::Json<Value>,
 ) -> Response {
-    let key = header(&h, "x-api-key");
-    answer_named_in_body(v, Api::Anthropic, provider, key, body.0).await
+    let who = (header(&h, "x-api-key"), header(&h, "x-purser-attempt"));
+    answer_named_in_body(v, Api::Anthropic, provider, who, body.0).await
 }
 
 /// OpenAI and Anthropic name the model and ask for a stream in the body.
@@ -398,12 +426,12 @@ async fn answer_named_in_body(
     v: Vendors,
     api: Api,
     provider: String,
-    key: String,
+    who: (String, String),
     body: Value,
 ) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_string();
     let stream = body["stream"].as_bool().unwrap_or(false);
-    answer(v, api, provider, key, body, model, stream).await
+    answer(v, api, provider, who, body, model, stream).await
 }
 
 /// Gemini names the model and the method in the path: `{model}:generateContent`.
@@ -413,7 +441,7 @@ async fn gemini(
     h: HeaderMap,
     body: axum::Json<Value>,
 ) -> Response {
-    let key = header(&h, "x-goog-api-key");
+    let who = (header(&h, "x-goog-api-key"), header(&h, "x-purser-attempt"));
     let (model, method) = call.split_once(':').unwrap_or((&call, ""));
     let stream = match method {
         "streamGenerateContent" => true,
@@ -431,10 +459,76 @@ async fn gemini(
         v,
         Api::Gemini,
         provider,
-        key,
+        who,
         body.0,
         model.to_string(),
         stream,
     )
     .await
+}
+
+/// The normal stream of `api` as the vendor writes it, placeholders filled.
+pub fn stream_body(api: &str, provider: &str, model: &str) -> Vec<u8> {
+    fixture(&format!("{api}.sse"), provider, model)
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn pieces_response(pieces: Vec<Vec<u8>>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(1);
+    tokio::spawn(async move {
+        for p in pieces {
+            if tx.send(Ok(bytes::Bytes::from(p))).await.is_err() {
+                return;
+            }
+            // A pause lets each piece leave as a read of its own.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Every usage figure a vendor sends, removed.
+fn strip_usage(v: &mut Value) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("usage");
+        o.remove("usageMetadata");
+        if let Some(m) = o.get_mut("message").and_then(Value::as_object_mut) {
+            m.remove("usage");
+        }
+    }
+}
+
+/// One stream event without its usage; `None` for an event that carried only usage.
+fn without_usage_event(e: &str) -> Option<String> {
+    let mut out = Vec::new();
+    for line in e.trim_end().lines() {
+        match line.strip_prefix("data: ") {
+            Some(d) if d.trim() != "[DONE]" => {
+                let mut v: Value = serde_json::from_str(d).unwrap();
+                let usage_only = v
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty);
+                if usage_only {
+                    return None;
+                }
+                strip_usage(&mut v);
+                out.push(format!("data: {v}"));
+            }
+            _ => out.push(line.to_string()),
+        }
+    }
+    Some(format!("{}\n\n", out.join("\n")))
 }
