@@ -710,11 +710,11 @@ async fn what_each_vendor_receives_is_what_its_row_says() {
     );
 }
 
-/// A request must be one every destination it may reach can take: a field the primary
-/// (OpenAI-compatible) takes but the alternate (Anthropic) refuses is refused before
-/// any call, and the message says it was the alternate's.
+/// The primary's API is what admission checks: a field the primary (OpenAI-compatible)
+/// takes is served even when the alternate (Anthropic) could not take it; a failover
+/// checks the alternate's API before its call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_alternates_api_is_checked_before_admission_too() {
+async fn admission_checks_the_primarys_api() {
     let g = common::start(|vendors| {
         vec![
             provider(vendors, "primary", "openai", "us", &[("m", "0.15", "0.60")]),
@@ -733,18 +733,20 @@ async fn the_alternates_api_is_checked_before_admission_too() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 400);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["param"], "seed", "{v}");
-    let msg = v["error"]["message"].as_str().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(g.vendors.sent("primary")[0].body["seed"], 7);
+    assert_eq!(g.vendors.calls("alt"), 0);
+    // The whole-route check, for callers that want it, names the alternate.
+    let e = purser::upstream::fields::check_route(
+        Api::Openai,
+        Some(Api::Anthropic),
+        &json!({"seed": 7}),
+    )
+    .unwrap_err();
     assert!(
-        msg.contains("alternate") && msg.contains("Anthropic"),
-        "{msg}"
+        e.alternate && e.param == "seed" && e.to_string().contains("alternate"),
+        "{e}"
     );
-    assert_eq!(g.vendors.calls("primary") + g.vendors.calls("alt"), 0);
-    // Without the field, the primary serves.
-    let (status, _, body) = g.chat(KEY, "m").await;
-    assert_eq!(status, 200, "{body}");
 }
 
 /// Tool calls survive translation both ways: the vendor's own call (Anthropic

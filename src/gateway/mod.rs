@@ -476,11 +476,11 @@ impl Engine {
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
-        // Each destination's API decides which fields it can take (`upstream::fields`):
-        // the primary's and the alternate's, checked before any admission or call.
+        // The primary's API decides which fields it can take (`upstream::fields`),
+        // checked before any admission or call. A failover checks the alternate's API
+        // before its call (`fields::check`).
         let selected = match self.select(plan, breakers, policy, &parsed).and_then(|s| {
-            let alternate = s.alternate.as_ref().map(|a| a.destination.api);
-            crate::upstream::fields::check_route(s.primary.api, alternate, &body)
+            crate::upstream::fields::check(s.primary.api, &body)
                 .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
                 .map(|()| s)
         }) {

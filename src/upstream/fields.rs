@@ -607,10 +607,10 @@ fn apply(api: Api, row: &'static Row, param: String, v: &Value) -> Result<(), Fi
     }
 }
 
-/// The check of a whole route: a request must be one every destination it may reach
-/// can take, so the alternate's API is checked with the primary's, before admission.
-/// Checking it only at failover would refuse after a billed primary attempt, and
-/// would make an outage change which fields a request may carry.
+/// The check of a whole route, primary and alternate at once: for callers that want a
+/// request refused unless every destination it may reach can take it. The gateway
+/// checks the primary before admission and the alternate at failover instead, so an
+/// alternate's limits never refuse what the primary would serve.
 pub fn check_route(primary: Api, alternate: Option<Api>, body: &Value) -> Result<(), FieldRefusal> {
     check(primary, body)?;
     match alternate {
@@ -730,9 +730,8 @@ pub fn markdown() -> String {
          Nothing is dropped silently: a field not in this table passes to an\n\
          OpenAI-compatible server and is refused for Anthropic and Gemini (row `*`). A field\n\
          set to `null` means the default and is not sent to Anthropic or Gemini.\n\n\
-         A request must be one every destination it may reach can take: when the policy\n\
-         names an alternate for the model, the alternate's API is checked with the\n\
-         primary's, before admission (the message then says it was the alternate's).\n\n\
+         The primary destination's API is checked before admission. An alternate of\n\
+         another API is checked when the request fails over to it, before its call.\n\n\
          | field | OpenAI-compatible | Anthropic | Gemini |\n|---|---|---|---|\n",
     );
     for r in TABLE {
