@@ -487,7 +487,14 @@ impl Engine {
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
-        let selected = match self.select(plan, breakers, policy, &parsed) {
+        // The primary's API decides which fields it can take (`upstream::fields`),
+        // checked before any admission or call. A failover checks the alternate's API
+        // before its call (`fields::check`).
+        let selected = match self.select(plan, breakers, policy, &parsed).and_then(|s| {
+            crate::upstream::fields::check(s.primary.api, &body)
+                .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
+                .map(|()| s)
+        }) {
             Ok(s) => s,
             Err(e) => {
                 self.ledger

@@ -95,6 +95,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
     let r = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready));
     let r = match opts.metrics {
@@ -195,13 +196,52 @@ async fn metrics(
         .into_response()
 }
 
+/// One model object as OpenAI lists it. `created` is when this gateway started
+/// serving: purser has no training date to give, and a stable value keeps clients'
+/// caches quiet.
+fn model_object(id: &str, created: i64) -> Value {
+    json!({"id": id, "object": "model", "created": created, "owned_by": "purser"})
+}
+
+/// When this process started serving, in Unix seconds.
+fn started() -> i64 {
+    static STARTED: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(|| time::OffsetDateTime::now_utc().unix_timestamp())
+}
+
 async fn models(State(AppState { engine, .. }): State<AppState>, headers: HeaderMap) -> Response {
     match engine.models_for(bearer(&headers).unwrap_or("")) {
         Ok(models) => axum::Json(json!({
             "object": "list",
-            "data": models.iter().map(|m| json!({"id": m, "object": "model", "owned_by": "purser"})).collect::<Vec<_>>(),
+            "data": models.iter().map(|m| model_object(m, started())).collect::<Vec<_>>(),
         }))
         .into_response(),
+        Err(e) => error_response(None, &e),
+    }
+}
+
+/// `GET /v1/models/{id}`: the model when the caller's policy allows it, else
+/// OpenAI's 404. The id is matched whole, slashes included, so an `org/model` id gets
+/// the envelope rather than the router's empty 404.
+async fn model(
+    State(AppState { engine, .. }): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match engine.models_for(bearer(&headers).unwrap_or("")) {
+        Ok(models) if models.contains(&id) => {
+            axum::Json(model_object(&id, started())).into_response()
+        }
+        Ok(_) => envelope(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            "invalid_request_error",
+            &format!("The model `{id}` does not exist or you do not have access to it."),
+            None,
+            None,
+            &[],
+            Some("model"),
+        ),
         Err(e) => error_response(None, &e),
     }
 }

@@ -1,9 +1,13 @@
 //! Anthropic Messages API: system lifted to the top level, roles mapped, max_tokens
-//! always set, tools mapped; answers translated to the OpenAI shape.
+//! always set, tools, tool calls, tool results and images mapped (the rows of
+//! `fields::TABLE`); answers translated to the OpenAI shape.
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Speaker, Usage, completion, count, stop_sequences, turns};
+use super::{
+    ChatRequest, Part, Prepared, Speaker, Turn, Usage, completion, count, data_url, stop_sequences,
+    turns,
+};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -13,13 +17,7 @@ pub fn prepare(
     req: &ChatRequest,
 ) -> Prepared {
     let (system, turns) = turns(&req.body);
-    let messages: Vec<Value> = turns
-        .into_iter()
-        .map(|(who, text)| match who {
-            Speaker::Assistant => json!({"role": "assistant", "content": text}),
-            Speaker::User => json!({"role": "user", "content": text}),
-        })
-        .collect();
+    let messages: Vec<Value> = turns.iter().map(message).collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(dest.upstream_model));
     body.insert("max_tokens".into(), json!(req.max_tokens));
@@ -28,7 +26,7 @@ pub fn prepare(
         body.insert("system".into(), json!(system.join("\n\n")));
     }
     for (from, to) in [("temperature", "temperature"), ("top_p", "top_p")] {
-        if let Some(v) = req.body.get(from) {
+        if let Some(v) = req.body.get(from).filter(|v| !v.is_null()) {
             body.insert(to.into(), v.clone());
         }
     }
@@ -38,13 +36,26 @@ pub fn prepare(
     if req.stream {
         body.insert("stream".into(), json!(true));
     }
-    if let Some(Value::Array(tools)) = req.body.get("tools") {
+    if let Some(user) = req.body.get("user").and_then(Value::as_str) {
+        body.insert("metadata".into(), json!({"user_id": user}));
+    }
+    let tools = req.body.get("tools").and_then(Value::as_array);
+    if let Some(tools) = tools {
         let mapped: Vec<Value> = tools
             .iter()
             .filter_map(|t| t.get("function"))
-            .map(|f| json!({"name": f.get("name"), "description": f.get("description"), "input_schema": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))}))
+            .map(|f| {
+                let mut t = json!({"name": f.get("name"), "input_schema": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
+                if let Some(d) = f.get("description").filter(|d| !d.is_null()) {
+                    t["description"] = d.clone();
+                }
+                t
+            })
             .collect();
         body.insert("tools".into(), Value::Array(mapped));
+    }
+    if let Some(choice) = tool_choice(&req.body, tools.is_some()) {
+        body.insert("tool_choice".into(), choice);
     }
     let mut headers = vec![("anthropic-version", "2023-06-01".to_string())];
     if let Some(k) = key {
@@ -54,6 +65,72 @@ pub fn prepare(
         url: format!("{base_url}/messages"),
         headers,
         body: Value::Object(body),
+    }
+}
+
+/// OpenAI `tool_choice` and `parallel_tool_calls` as Anthropic's one `tool_choice`.
+fn tool_choice(body: &Value, has_tools: bool) -> Option<Value> {
+    let mut choice = match body.get("tool_choice") {
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => json!({"type": "none"}),
+            "required" => json!({"type": "any"}),
+            _ => json!({"type": "auto"}),
+        },
+        Some(v @ Value::Object(_)) => {
+            json!({"type": "tool", "name": v.pointer("/function/name")})
+        }
+        _ => Value::Null,
+    };
+    let parallel = body.get("parallel_tool_calls").and_then(Value::as_bool);
+    if let (Some(parallel), true) = (parallel, has_tools) {
+        if choice.is_null() {
+            choice = json!({"type": "auto"});
+        }
+        // `none` has no such switch: with no call allowed there is nothing to serialise.
+        if choice["type"] != "none" {
+            choice["disable_parallel_tool_use"] = json!(!parallel);
+        }
+    }
+    (!choice.is_null()).then_some(choice)
+}
+
+/// One turn as a Messages API message: plain text stays a string (as most clients
+/// send it), anything else is a list of content blocks.
+fn message(turn: &Turn) -> Value {
+    let role = match turn.speaker {
+        Speaker::Assistant => "assistant",
+        Speaker::User => "user",
+    };
+    if let [Part::Text(t)] = turn.parts.as_slice() {
+        return json!({"role": role, "content": t});
+    }
+    // An empty text beside a tool call (`content: ""`) is not a block Anthropic takes.
+    let blocks: Vec<Value> = turn
+        .parts
+        .iter()
+        .filter(|p| !matches!(p, Part::Text(t) if t.is_empty()))
+        .map(block)
+        .collect();
+    json!({"role": role, "content": blocks})
+}
+
+fn block(part: &Part) -> Value {
+    match part {
+        Part::Text(t) => json!({"type": "text", "text": t}),
+        Part::Image(url) => match data_url(url) {
+            Some((mime, data)) => {
+                json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}})
+            }
+            None => json!({"type": "image", "source": {"type": "url", "url": url}}),
+        },
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => json!({"type": "tool_use", "id": id, "name": name, "input": arguments}),
+        Part::ToolResult { id, content, .. } => {
+            json!({"type": "tool_result", "tool_use_id": id, "content": content})
+        }
     }
 }
 

@@ -1,9 +1,13 @@
 //! Gemini generateContent: contents with user/model roles, system instruction,
-//! generation config; answers translated to the OpenAI shape.
+//! generation config, function declarations and calls, images (the rows of
+//! `fields::TABLE`); answers translated to the OpenAI shape.
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Speaker, Usage, completion, count, stop_sequences, turns};
+use super::{
+    ChatRequest, Part, Prepared, Speaker, Usage, completion, count, data_url, mime_from_url,
+    stop_sequences, turns,
+};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -15,34 +19,67 @@ pub fn prepare(
     let (system, turns) = turns(&req.body);
     let system: Vec<Value> = system.into_iter().map(|t| json!({"text": t})).collect();
     let contents: Vec<Value> = turns
-        .into_iter()
-        .map(|(who, text)| match who {
-            Speaker::Assistant => json!({"role": "model", "parts": [{"text": text}]}),
-            Speaker::User => json!({"role": "user", "parts": [{"text": text}]}),
+        .iter()
+        .map(|t| {
+            let role = match t.speaker {
+                Speaker::Assistant => "model",
+                Speaker::User => "user",
+            };
+            let parts: Vec<Value> = t
+                .parts
+                .iter()
+                .filter(|p| !(t.parts.len() > 1 && matches!(p, Part::Text(s) if s.is_empty())))
+                .map(part)
+                .collect();
+            json!({"role": role, "parts": parts})
         })
         .collect();
+    let b = &req.body;
     let mut config = Map::new();
     config.insert("maxOutputTokens".into(), json!(req.max_tokens));
-    for (from, to) in [("temperature", "temperature"), ("top_p", "topP")] {
-        if let Some(v) = req.body.get(from) {
+    for (from, to) in [
+        ("temperature", "temperature"),
+        ("top_p", "topP"),
+        ("n", "candidateCount"),
+        ("seed", "seed"),
+        ("presence_penalty", "presencePenalty"),
+        ("frequency_penalty", "frequencyPenalty"),
+    ] {
+        if let Some(v) = b.get(from).filter(|v| !v.is_null()) {
             config.insert(to.into(), v.clone());
         }
     }
-    if let Some(stop) = stop_sequences(&req.body) {
+    if let Some(stop) = stop_sequences(b) {
         config.insert("stopSequences".into(), stop);
+    }
+    match b.pointer("/response_format/type").and_then(Value::as_str) {
+        Some("json_object") => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+        }
+        Some("json_schema") => {
+            config.insert("responseMimeType".into(), json!("application/json"));
+            // responseJsonSchema takes JSON Schema as clients write it; the older
+            // responseSchema takes an OpenAPI subset that refuses common keywords.
+            if let Some(schema) = b.pointer("/response_format/json_schema/schema") {
+                config.insert("responseJsonSchema".into(), schema.clone());
+            }
+        }
+        _ => {}
     }
     let mut body = json!({"contents": contents, "generationConfig": config});
     if !system.is_empty() {
         body["systemInstruction"] = json!({"parts": system});
     }
-    if let Some(Value::Array(tools)) = req.body.get("tools") {
+    if let Some(Value::Array(tools)) = b.get("tools") {
         let functions: Vec<Value> = tools
             .iter()
             .filter_map(|t| t.get("function"))
             .map(|f| {
-                let mut d = json!({"name": f.get("name"), "description": f.get("description")});
-                if let Some(p) = f.get("parameters") {
-                    d["parameters"] = p.clone();
+                let mut d = json!({"name": f.get("name")});
+                for k in ["description", "parameters"] {
+                    if let Some(v) = f.get(k).filter(|v| !v.is_null()) {
+                        d[k] = v.clone();
+                    }
                 }
                 d
             })
@@ -50,6 +87,20 @@ pub fn prepare(
         if !functions.is_empty() {
             body["tools"] = json!([{"functionDeclarations": functions}]);
         }
+    }
+    let calling = match b.get("tool_choice") {
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Some(json!({"mode": "NONE"})),
+            "required" => Some(json!({"mode": "ANY"})),
+            _ => Some(json!({"mode": "AUTO"})),
+        },
+        Some(v @ Value::Object(_)) => {
+            Some(json!({"mode": "ANY", "allowedFunctionNames": [v.pointer("/function/name")]}))
+        }
+        _ => None,
+    };
+    if let Some(c) = calling {
+        body["toolConfig"] = json!({"functionCallingConfig": c});
     }
     let mut headers = vec![];
     if let Some(k) = key {
@@ -64,6 +115,34 @@ pub fn prepare(
         url: format!("{base_url}/models/{}:{method}", dest.upstream_model),
         headers,
         body,
+    }
+}
+
+fn part(p: &Part) -> Value {
+    match p {
+        Part::Text(t) => json!({"text": t}),
+        Part::Image(url) => match data_url(url) {
+            Some((mime, data)) => json!({"inlineData": {"mimeType": mime, "data": data}}),
+            None => {
+                let mut f = json!({"fileUri": url});
+                if let Some(m) = mime_from_url(url) {
+                    f["mimeType"] = json!(m);
+                }
+                json!({"fileData": f})
+            }
+        },
+        Part::ToolCall {
+            name, arguments, ..
+        } => json!({"functionCall": {"name": name, "args": arguments}}),
+        Part::ToolResult { name, content, .. } => {
+            // A response is an object: a JSON object result goes as it is, anything
+            // else under `content`.
+            let response = match serde_json::from_str::<Value>(content) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => json!({"content": content}),
+            };
+            json!({"functionResponse": {"name": name, "response": response}})
+        }
     }
 }
 

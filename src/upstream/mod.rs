@@ -2,6 +2,7 @@
 //! per-API translations (each adapter a pair of pure functions).
 
 pub mod anthropic;
+pub mod fields;
 pub mod gemini;
 pub mod openai;
 pub mod stream;
@@ -346,25 +347,171 @@ pub enum Speaker {
     Assistant,
 }
 
+/// One piece of a turn, in a vendor-neutral form the adapters render.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    Text(String),
+    /// An image by URL: a `data:` URL carries the bytes, any other is a reference.
+    Image(String),
+    /// An assistant's call of a function; `arguments` parsed from OpenAI's JSON text
+    /// (kept as a string when it is not JSON, so the vendor objects, not purser).
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Value,
+    },
+    /// A `tool` message answering the call `id`; `name` is that call's function.
+    ToolResult {
+        id: String,
+        name: String,
+        content: String,
+    },
+}
+
+/// A conversational turn: who spoke, and what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub speaker: Speaker,
+    pub parts: Vec<Part>,
+}
+
 /// The client's messages split the way Anthropic and Gemini want them: system text
-/// lifted out, the rest as (speaker, text) turns.
-pub fn turns(body: &Value) -> (Vec<String>, Vec<(Speaker, String)>) {
+/// lifted out, the rest as turns. A `tool` message is a user turn of one tool result;
+/// consecutive tool results are kept in one turn, because both vendors want every
+/// result of a round of calls in the turn that follows it. What `fields::check`
+/// refuses is not rendered here.
+pub fn turns(body: &Value) -> (Vec<String>, Vec<Turn>) {
     let mut system = Vec::new();
-    let mut turns = Vec::new();
+    let mut turns: Vec<Turn> = Vec::new();
+    // Call id → function name, for results (Gemini names a response by its function).
+    let mut called: HashMap<String, String> = HashMap::new();
     for m in body
         .get("messages")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {
-        let text = content_text(m.get("content").unwrap_or(&Value::Null));
+        let content = m.get("content").unwrap_or(&Value::Null);
         match m.get("role").and_then(Value::as_str).unwrap_or("user") {
-            "system" | "developer" => system.push(text),
-            "assistant" => turns.push((Speaker::Assistant, text)),
-            _ => turns.push((Speaker::User, text)),
+            "system" | "developer" => system.push(content_text(content)),
+            "tool" => {
+                let id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let part = Part::ToolResult {
+                    name: called.get(&id).cloned().unwrap_or_default(),
+                    id,
+                    content: content_text(content),
+                };
+                match turns.last_mut() {
+                    Some(t)
+                        if t.speaker == Speaker::User
+                            && t.parts.iter().all(|p| matches!(p, Part::ToolResult { .. })) =>
+                    {
+                        t.parts.push(part)
+                    }
+                    _ => turns.push(Turn {
+                        speaker: Speaker::User,
+                        parts: vec![part],
+                    }),
+                }
+            }
+            role => {
+                let speaker = if role == "assistant" {
+                    Speaker::Assistant
+                } else {
+                    Speaker::User
+                };
+                let mut parts = content_parts(content);
+                for c in m
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let text = |p: &str| {
+                        c.pointer(p)
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    let (id, name, args) = (
+                        text("/id"),
+                        text("/function/name"),
+                        text("/function/arguments"),
+                    );
+                    called.insert(id.clone(), name.clone());
+                    let arguments = if args.trim().is_empty() {
+                        Value::Object(serde_json::Map::new())
+                    } else {
+                        serde_json::from_str(&args).unwrap_or(Value::String(args))
+                    };
+                    parts.push(Part::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    });
+                }
+                turns.push(Turn { speaker, parts });
+            }
         }
     }
     (system, turns)
+}
+
+/// A message's `content` as parts: a string is one text part; text and image parts
+/// are kept in order (other part types are refused by `fields::check`).
+fn content_parts(content: &Value) -> Vec<Part> {
+    match content {
+        Value::String(s) => vec![Part::Text(s.clone())],
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+                Some("text") => p
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(|t| Part::Text(t.into())),
+                Some("image_url") => p
+                    .pointer("/image_url/url")
+                    .or_else(|| p.get("image_url"))
+                    .and_then(Value::as_str)
+                    .map(|u| Part::Image(u.into())),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A `data:` URL's media type and base64 payload.
+pub fn data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (meta, data) = rest.split_once(',')?;
+    let mime = meta.strip_suffix(";base64")?;
+    Some((mime, data))
+}
+
+/// A media type guessed from a URL's extension, for vendors that want one with a
+/// reference (Gemini `fileData`).
+pub fn mime_from_url(url: &str) -> Option<&'static str> {
+    let path = url
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(url)
+        .to_ascii_lowercase();
+    let ext = path.rsplit('.').next()?;
+    Some(match ext {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "heic" => "image/heic",
+        "heif" => "image/heif",
+        "pdf" => "application/pdf",
+        _ => return None,
+    })
 }
 
 /// OpenAI `stop` (a string or a list) as a list.

@@ -15,19 +15,26 @@ pub fn prepare(
     let mut body = req.body.clone();
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
-        // Exactly one cap goes out: the bound purser proved the cost with, in the field
-        // the client used (max_completion_tokens when it sent both).
-        let field = if o.remove("max_completion_tokens").is_some() {
-            "max_completion_tokens"
+        // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
+        // the field the client used (max_completion_tokens when present, which is the
+        // one OpenAI reads when both are set); the other is removed.
+        let (keep, drop) = if o.get("max_completion_tokens").is_some_and(|v| !v.is_null()) {
+            ("max_completion_tokens", "max_tokens")
         } else {
-            "max_tokens"
+            ("max_tokens", "max_completion_tokens")
         };
-        o.remove("max_tokens");
-        o.insert(field.into(), json!(req.max_tokens));
+        o.remove(drop);
+        o.insert(keep.into(), json!(req.max_tokens));
         if req.stream {
-            // Usage in the last chunk is how a stream's exact cost becomes known.
             o.insert("stream".into(), json!(true));
-            o.insert("stream_options".into(), json!({"include_usage": true}));
+            // Usage in the last chunk is how a stream's exact cost becomes known: added
+            // to the client's options, whose others (include_obfuscation, …) are kept.
+            let mut options = match o.remove("stream_options") {
+                Some(Value::Object(m)) => m,
+                _ => serde_json::Map::new(),
+            };
+            options.insert("include_usage".into(), json!(true));
+            o.insert("stream_options".into(), Value::Object(options));
         } else {
             o.remove("stream");
             o.remove("stream_options");

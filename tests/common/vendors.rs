@@ -93,6 +93,9 @@ pub struct Call {
 struct Book {
     scripts: HashMap<String, VecDeque<Script>>,
     calls: HashMap<String, Vec<Call>>,
+    /// Per provider: how many events each write of a normal stream carries, cycling
+    /// through the list call by call (absent: one event per write).
+    batches: HashMap<String, Vec<usize>>,
 }
 
 #[derive(Clone)]
@@ -163,6 +166,17 @@ impl Vendors {
             .insert(provider.into(), answers.into());
     }
 
+    /// Make `provider`'s normal streams batch their events: call k writes its events
+    /// `sizes[k % len]` at a time in one write each, as a real link coalesces them
+    /// (`usize::MAX`: the whole stream in one write).
+    pub fn batch_events(&self, provider: &str, sizes: Vec<usize>) {
+        self.book
+            .lock()
+            .unwrap()
+            .batches
+            .insert(provider.into(), sizes);
+    }
+
     /// How many calls `provider` received.
     pub fn calls(&self, provider: &str) -> usize {
         self.sent(provider).len()
@@ -199,13 +213,23 @@ impl Vendors {
         *self.book.lock().unwrap() = Book::default();
     }
 
-    fn take(&self, provider: &str, call: Call) -> Script {
+    /// The script for this call, and how many events each write of it carries.
+    fn take_batched(&self, provider: &str, call: Call) -> (Script, usize) {
         let mut book = self.book.lock().unwrap();
-        book.calls.entry(provider.into()).or_default().push(call);
-        book.scripts
+        let calls = book.calls.entry(provider.into()).or_default();
+        calls.push(call);
+        let n = calls.len() - 1;
+        let batch = book
+            .batches
+            .get(provider)
+            .filter(|b| !b.is_empty())
+            .map_or(1, |b| b[n % b.len()].max(1));
+        let script = book
+            .scripts
             .get_mut(provider)
             .and_then(VecDeque::pop_front)
-            .unwrap_or(Script::Ok)
+            .unwrap_or(Script::Ok);
+        (script, batch)
     }
 }
 
@@ -284,6 +308,11 @@ fn sse(events: Vec<String>, cut_after: Option<usize>, gap_ms: u64) -> Response {
         .into_response()
 }
 
+/// Events joined `per_write` at a time, so each write carries several.
+fn batched(events: Vec<String>, per_write: usize) -> Vec<String> {
+    events.chunks(per_write).map(|c| c.concat()).collect()
+}
+
 fn async_stream(
     events: Vec<String>,
     cut_after: Option<usize>,
@@ -321,17 +350,7 @@ async fn answer(
     model: String,
     stream: bool,
 ) -> Response {
-    let normal = |provider: &str, model: &str| {
-        if stream {
-            sse(events(api, provider, model), None, 0)
-        } else {
-            json(
-                StatusCode::OK,
-                fixture(&format!("{}.json", api.name()), provider, model),
-            )
-        }
-    };
-    let script = v.take(
+    let (script, batch) = v.take_batched(
         &provider,
         Call {
             key: key.clone(),
@@ -339,6 +358,16 @@ async fn answer(
             attempt,
         },
     );
+    let normal = |provider: &str, model: &str| {
+        if stream {
+            sse(batched(events(api, provider, model), batch), None, 0)
+        } else {
+            json(
+                StatusCode::OK,
+                fixture(&format!("{}.json", api.name()), provider, model),
+            )
+        }
+    };
     match script {
         Script::Ok => normal(&provider, &model),
         Script::Status(status, body) => json(StatusCode::from_u16(status).unwrap(), body),

@@ -1,0 +1,124 @@
+//! The official `openai` Python SDK's own API tests, run through purser: its
+//! `tests/api_resources/chat/test_completions.py` and `tests/api_resources/test_models.py`
+//! (from the pinned sdist, fetched by name from PyPI) with `TEST_API_BASE_URL` pointing
+//! at a gateway in front of the mock vendors, once per vendor API.
+//!
+//! Deselected, each printed with its reason: the endpoints purser does not serve, and
+//! the tests whose own data the real OpenAI API rejects (`max_tokens=0`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+mod common;
+
+use common::{provider, sdk, sha};
+
+/// The key the SDK's test fixtures send (`api_key = "My API Key"` in its conftest).
+const SDK_KEY: &str = "My API Key";
+/// The model its tests request.
+const SDK_MODEL: &str = "gpt-6-astra";
+
+const CHAT: &str = "tests/api_resources/chat/test_completions.py";
+const MODELS: &str = "tests/api_resources/test_models.py";
+
+/// (test-id prefix, reason) for every deselected test, sync and async classes alike.
+fn deselected() -> Vec<(String, &'static str)> {
+    let stored = "stored chat completions (retrieve/update/list/delete) are an OpenAI-hosted store purser does not serve";
+    let mut out = Vec::new();
+    for class in ["TestCompletions", "TestAsyncCompletions"] {
+        for verb in ["retrieve", "update", "list", "delete"] {
+            for style in ["method", "raw_response", "streaming_response"] {
+                out.push((format!("{CHAT}::{class}::test_{style}_{verb}"), stored));
+            }
+        }
+        for n in [1, 2] {
+            out.push((
+                format!("{CHAT}::{class}::test_method_create_with_all_params_overload_{n}"),
+                "its data sends max_tokens=0 and max_completion_tokens=0, which the real OpenAI API rejects too (purser answers 400 invalid_request, param max_completion_tokens)",
+            ));
+        }
+    }
+    for class in ["TestModels", "TestAsyncModels"] {
+        for style in ["method", "raw_response", "streaming_response"] {
+            out.push((
+                format!("{MODELS}::{class}::test_{style}_delete"),
+                "deleting a fine-tuned model is an OpenAI account operation purser does not serve",
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_api_tests_pass_through_purser_for_every_vendor_api() {
+    if !sdk::prerequisite(
+        sdk::python_has(&["pytest", "pytest_asyncio", "rich", "aiohttp", "httpx2"])
+            .map_err(|e| println!("{e}"))
+            .is_ok(),
+        "the openai SDK and its test requirements are not importable",
+    ) {
+        return;
+    }
+    let tree = match sdk::sdist() {
+        Ok(t) => t,
+        Err(e) => {
+            sdk::prerequisite(false, &e);
+            return;
+        }
+    };
+    let deselect = deselected();
+    for (id, why) in &deselect {
+        println!("deselected {id}: {why}");
+    }
+    let mut summary = Vec::new();
+    for api in ["openai", "anthropic", "gemini"] {
+        let g = common::start(|vendors| {
+            vec![
+                provider(vendors, "vendor", api, "us", &[(SDK_MODEL, "0.15", "0.60")]),
+                format!(
+                    "kind: policy\nid: sdk\nclients:\n  - {{ id: sdk-tests, key_sha256: \"{}\" }}\nmodels: [{SDK_MODEL}]\njurisdictions: [us]\nceiling: {{ per_request: \"1.00\", mode: hard }}\nmax_output_tokens: 256\n",
+                    sha(SDK_KEY)
+                ),
+            ]
+        })
+        .await;
+        let base = g.url("/v1");
+        let tree = tree.clone();
+        let args: Vec<String> = deselect
+            .iter()
+            .map(|(id, _)| format!("--deselect={id}"))
+            .collect();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(sdk::python())
+                .current_dir(&tree)
+                .args(["-m", "pytest", CHAT, MODELS])
+                // The sdist's own addopts ask for pytest-xdist; one process is enough here.
+                .args(["-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rfE"])
+                .args(["--tb=short", "--color=no"])
+                .args(args)
+                .env("TEST_API_BASE_URL", base)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains(" in "))
+            .unwrap_or_default()
+            .to_string();
+        println!("{api}: {last}");
+        assert!(
+            out.status.success() && !last.contains("failed") && !last.contains("error"),
+            "the SDK's tests failed through purser in front of {api}:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            g.vendors.calls("vendor") > 0,
+            "{api}: no call reached the vendor"
+        );
+        summary.push(format!("{api}: {last}"));
+    }
+    println!("SDK api tests through purser:\n{}", summary.join("\n"));
+}
