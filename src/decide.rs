@@ -77,6 +77,9 @@ pub enum Why {
     /// The decision was to fail over, but the alternate's worst case (plus what the
     /// failed attempt may have cost) does not fit what is left of a period budget.
     AlternateOverBudget,
+    /// The decision was to fail over, but the alternate's API cannot carry a field of
+    /// the request (purser drops nothing silently).
+    AlternateRefusesFields,
     ProviderSideClass,
 }
 
@@ -102,6 +105,7 @@ impl Decision {
             Why::HardCeilingMaybeBilled => format!("{c} may have been billed: under a hard ceiling a request makes at most one potentially billable attempt"),
             Why::AlternateOverCeiling => format!("{c}: the alternate's worst case does not fit the ceiling"),
             Why::AlternateOverBudget => format!("{c} is provider-side, but the alternate's worst case does not fit what is left of the period budget: no further call is made"),
+            Why::AlternateRefusesFields => format!("{c} is provider-side, but the alternate's API cannot carry a field of this request: no further call is made"),
             Why::ProviderSideClass => format!("{c} is provider-side: failing over to the alternate"),
         }
     }

@@ -285,14 +285,14 @@ fn cases() -> Vec<Case> {
             patch: json!({"n": 1}),
             openai: Sent(vec![("/n", json!(1))]),
             anthropic: Sent(vec![("/n", Value::Null)]),
-            gemini: Sent(vec![("/generationConfig/candidateCount", json!(1))]),
+            gemini: Sent(vec![("/generationConfig/candidateCount", Value::Null)]),
         },
         Case {
             rows: &["n"],
             patch: json!({"n": 2}),
             openai: Sent(vec![("/n", json!(2))]),
             anthropic: Refused("n"),
-            gemini: Sent(vec![("/generationConfig/candidateCount", json!(2))]),
+            gemini: Refused("n"),
         },
         Case {
             rows: &["seed"],

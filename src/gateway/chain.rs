@@ -220,6 +220,17 @@ impl Chain<'_> {
             },
         );
         let mut over_budget = None;
+        let mut unfit = None;
+        if let (Action::FailOver, Some(a)) = (decision.action, &self.sel.alternate)
+            && let Err(refusal) = upstream::fields::check(a.destination.api, &self.req.body)
+        {
+            decision = Decision {
+                action: Action::Stop,
+                why: Why::AlternateRefusesFields,
+                class,
+            };
+            unfit = Some(refusal.to_string());
+        }
         if let (Action::FailOver, Some(a)) = (decision.action, &self.sel.alternate) {
             // What the budgets must cover once the alternate is called: everything
             // charged so far, this attempt's worst case if it may have been billed, and
@@ -256,9 +267,9 @@ impl Chain<'_> {
                 None => class.as_str().to_string(),
             }),
         });
-        let reason = match &over_budget {
-            Some(e) => format!("{}: {e}", decision.reason()),
-            None => decision.reason(),
+        let reason = match (&over_budget, &unfit) {
+            (Some(e), _) | (None, Some(e)) => format!("{}: {e}", decision.reason()),
+            (None, None) => decision.reason(),
         };
         rec.record(
             Ended {

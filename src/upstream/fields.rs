@@ -313,7 +313,13 @@ pub static TABLE: &[Row] = &[
             refused: "n > 1: the vendor gives one choice per call",
             accept: is_one,
         },
-        gemini: T("`generationConfig.candidateCount`"),
+        // Gemini can answer several candidates, but purser translates one back: asking
+        // for more would bill choices the client never sees.
+        gemini: Values {
+            translated: "not sent when 1 (no-op: one candidate)",
+            refused: "n > 1: purser translates one candidate back",
+            accept: is_one,
+        },
     },
     Row {
         field: "seed",
@@ -768,7 +774,7 @@ mod tests {
         let e = check(Api::Anthropic, &json!({"n": 2})).unwrap_err();
         assert_eq!(e.param, "n");
         assert!(e.to_string().contains("Anthropic"), "{e}");
-        assert_eq!(check(Api::Gemini, &json!({"n": 3})), Ok(()));
+        assert_eq!(check(Api::Gemini, &json!({"n": 3})).unwrap_err().param, "n");
     }
 
     #[test]

@@ -40,7 +40,6 @@ pub fn prepare(
     for (from, to) in [
         ("temperature", "temperature"),
         ("top_p", "topP"),
-        ("n", "candidateCount"),
         ("seed", "seed"),
         ("presence_penalty", "presencePenalty"),
         ("frequency_penalty", "frequencyPenalty"),
