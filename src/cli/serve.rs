@@ -9,17 +9,32 @@ use super::check::compile_or_report;
 use crate::clock::SystemClock;
 use crate::gateway::Engine;
 use crate::http;
-use crate::ledger::{Ledger, Options};
+use crate::ledger::{Ledger, Options, Target};
 use crate::reload::Reloader;
 
-pub async fn serve(config: &Path, db: &Path, listen: SocketAddr, grace: Duration) -> ExitCode {
+/// The ledger's options from the replica flags (they matter on a shared ledger only).
+pub fn ledger_options(r: &super::ReplicaArgs) -> Options {
+    Options {
+        replica: r.replica_id.clone(),
+        lease: Duration::from_millis(r.replica_lease_ms.max(100)),
+        ..Options::default()
+    }
+}
+
+pub async fn serve(
+    config: &Path,
+    db: &Target,
+    opts: Options,
+    listen: SocketAddr,
+    grace: Duration,
+) -> ExitCode {
     let Some(plan) = compile_or_report(config) else {
         return ExitCode::from(EXIT_INVALID);
     };
-    let (ledger, recovered) = match Ledger::open(db, Options::default()) {
+    let (ledger, recovered) = match Ledger::open_at(db, opts).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("error: cannot open the ledger {}: {e}", db.display());
+            eprintln!("error: cannot open the ledger {db}: {e}");
             return ExitCode::from(EXIT_INVALID);
         }
     };
@@ -45,7 +60,7 @@ pub async fn serve(config: &Path, db: &Path, listen: SocketAddr, grace: Duration
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    tracing::info!(%listen, plan_id, db = %db.display(), "purser serving");
+    tracing::info!(%listen, plan_id, db = %db, "purser serving");
     let admin_token = std::env::var("PURSER_ADMIN_TOKEN")
         .ok()
         .and_then(|t| http::AdminToken::new(&t));

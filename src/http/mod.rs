@@ -99,12 +99,7 @@ async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
 /// Prometheus text. Budget gauges are read from the ledger at scrape time; when the
 /// ledger cannot be read they are left as last seen rather than failing the scrape.
 async fn metrics(State(AppState { engine, .. }): State<AppState>) -> Response {
-    let reader = engine.clone();
-    let budgets = tokio::task::spawn_blocking(move || reader.current_budgets().ok())
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let budgets = engine.current_budgets().await.unwrap_or_default();
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
         engine.render_metrics(&budgets),

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses part of the harness
 
+pub mod pg;
 pub mod vendors;
 
 use std::net::SocketAddr;

@@ -55,6 +55,7 @@ async fn recover(
 ) -> Result<Recovered, LedgerError> {
     c.batch_execute("BEGIN").await?;
     let result = async {
+        c.batch_execute(sql::COMMIT_ORDER).await?;
         if take_over {
             let st = c.prepare_cached(sql::TAKE_OVER).await?;
             if c.query_opt(&st, &[&replica]).await?.is_none() {

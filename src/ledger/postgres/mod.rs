@@ -172,7 +172,7 @@ impl Store {
         rx.await.map_err(|_| LedgerError::WriterGone)?
     }
 
-    pub(crate) async fn reader(&self) -> Result<deadpool_postgres::Client, LedgerError> {
+    pub async fn reader(&self) -> Result<deadpool_postgres::Client, LedgerError> {
         client(&self.shared.pool).await
     }
 
@@ -181,7 +181,11 @@ impl Store {
         let c = self.reader().await?;
         let ids = vec![request_id.to_string()];
         c.batch_execute("BEGIN").await?;
-        match writer::interrupt(&c, &ids, reason).await {
+        let done = async {
+            c.batch_execute(sql::COMMIT_ORDER).await?;
+            writer::interrupt(&c, &ids, reason).await
+        };
+        match done.await {
             Ok(_) => {
                 c.batch_execute("COMMIT").await?;
                 Ok(())
@@ -197,7 +201,11 @@ impl Store {
     pub async fn top_up(&self, request_id: &str, extra: Money) -> Result<(), LedgerError> {
         let c = self.reader().await?;
         c.batch_execute("BEGIN").await?;
-        match writer::top_up(&c, request_id, extra).await {
+        let done = async {
+            c.batch_execute(sql::COMMIT_ORDER).await?;
+            writer::top_up(&c, request_id, extra).await
+        };
+        match done.await {
             Ok(r) => {
                 c.batch_execute("COMMIT").await?;
                 r

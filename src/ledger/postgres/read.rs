@@ -296,12 +296,12 @@ pub async fn spend(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>,
     Ok(groups.into_values().collect())
 }
 
-/// Every attempt matching `f`, oldest first, streamed row by row to `each` (which
-/// returns false to stop).
-pub async fn each_attempt(
+/// Every attempt matching `f`, oldest first, sent row by row as PostgreSQL yields
+/// them; stops when the receiver is gone.
+pub async fn attempt_lines(
     c: &Client,
     f: &Filter,
-    mut each: impl FnMut(AttemptLine) -> bool,
+    tx: &tokio::sync::mpsc::Sender<Result<AttemptLine, LedgerError>>,
 ) -> Result<(), LedgerError> {
     let (w, _) = attempt_conditions(f);
     let sql = format!(
@@ -324,7 +324,7 @@ pub async fn each_attempt(
             plan_id: r.try_get(5)?,
             attempt: attempt_from_row(&r, 6)?,
         };
-        if !each(line) {
+        if tx.send(Ok(line)).await.is_err() {
             break;
         }
     }

@@ -212,9 +212,15 @@ UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 
     reason = $2, cost_basis = 'worst_case'
 WHERE replica = $1 AND state = 'in_flight'";
 
-/// Commit order across replicas: every group that writes request rows takes this
-/// transaction lock before its first insert, so the identity `ledger_seq` values are
-/// handed out in commit order, and an audit page never skips a request committed
-/// after it was read. One replica never waits on it.
+/// Every write transaction of every replica takes this lock first. Two things follow:
+/// the identity `ledger_seq` values are handed out in commit order (an audit page never
+/// skips a request committed after it was read), and transactions never deadlock over
+/// budget rows, which they would otherwise lock in different orders. Replicas take
+/// turns per group of requests, which a shared budget row would impose anyway; one
+/// replica never waits on it.
 pub const COMMIT_ORDER: &str =
     "SELECT pg_advisory_xact_lock(hashtext('purser.commit_order.' || current_schema()))";
+
+/// `BEGIN` and the commit-order lock in one round trip.
+pub const BEGIN_WRITE: &str =
+    "BEGIN; SELECT pg_advisory_xact_lock(hashtext('purser.commit_order.' || current_schema()))";

@@ -132,7 +132,10 @@ async fn try_group(
     replica: &str,
     group: &[Envelope],
 ) -> Result<Vec<Result<(), LedgerError>>, LedgerError> {
-    client.batch_execute("BEGIN").await?;
+    if let Err(e) = client.batch_execute(sql::BEGIN_WRITE).await {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(e.into());
+    }
     match run_in_tx(client, replica, group).await {
         Ok(results) => {
             client.batch_execute("COMMIT").await?;
@@ -151,15 +154,6 @@ async fn run_in_tx(
     replica: &str,
     group: &[Envelope],
 ) -> Result<Vec<Result<(), LedgerError>>, LedgerError> {
-    let inserts = group.iter().any(|env| {
-        matches!(
-            env.op,
-            Op::Admit { .. } | Op::Refusal { .. } | Op::BeginAttempt(_)
-        )
-    });
-    if inserts {
-        client.batch_execute(sql::COMMIT_ORDER).await?;
-    }
     let firsts = join_all(group.iter().map(|env| first_step(client, replica, &env.op))).await;
     let mut results = Vec::with_capacity(group.len());
     for (env, first) in group.iter().zip(firsts) {
@@ -608,4 +602,24 @@ pub async fn top_up(
         remaining: limit.saturating_sub(spent + reserved),
         needed: extra,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The instant PostgreSQL is given is the window SQLite names as text.
+        #[test]
+        fn window_starts_agree_with_the_sqlite_text(secs in 0i64..253_402_300_799) {
+            let t = OffsetDateTime::from_unix_timestamp(secs)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            for period in [Period::Day, Period::Month] {
+                let at = window_start_at(period, t);
+                let text = crate::ledger::rfc3339(at);
+                prop_assert_eq!(format!("{}Z", &text[..19]), crate::ledger::window_start(period, t));
+            }
+        }
+    }
 }
