@@ -54,13 +54,14 @@ fn success(id: &str, seq: u32, now: time::OffsetDateTime, cost: Money) -> Attemp
         seq,
         finished_at: now,
         status: Some(200),
-        class: "success".into(),
+        class: None,
         billing: Billing::Billed,
-        decision: "served".into(),
+        decision: purser::ledger::Decision::Served,
         reason: "a complete answer".into(),
         input_tokens: Some(100),
         output_tokens: Some(50),
         cost,
+        cost_basis: Some(purser::pricing::CostBasis::Usage),
         message: None,
     }
 }

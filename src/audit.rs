@@ -169,7 +169,7 @@ pub fn attempts_query(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
 }
 
 /// The CSV header, in the order of `csv_record`.
-pub const CSV_HEADER: [&str; 24] = [
+pub const CSV_HEADER: [&str; 25] = [
     "request_id",
     "received_at",
     "policy",
@@ -192,6 +192,7 @@ pub const CSV_HEADER: [&str; 24] = [
     "output_tokens",
     "cost",
     "worst_case",
+    "cost_basis",
     "message",
     "currency",
 ];
@@ -224,6 +225,7 @@ pub fn csv_record(line: &AttemptLine, currency: &str) -> Vec<String> {
         num(a.output_tokens),
         a.cost.clone(),
         a.worst_case.clone(),
+        opt(&a.cost_basis),
         opt(&a.message),
         currency.to_string(),
     ]

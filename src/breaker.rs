@@ -106,6 +106,14 @@ impl Breaker {
         }
     }
 
+    /// A probe that ended without an answer to judge by (its task died): let the next
+    /// call probe instead, so the provider is never left half-open with no probe out.
+    pub fn release_probe(&self) {
+        if let Inner::HalfOpen { probe_out } = &mut *self.lock() {
+            *probe_out = false;
+        }
+    }
+
     /// Record how a permitted call ended: `None` for success.
     pub fn record(&self, class: Option<FailureClass>, now_ms: u64) {
         let trips = class.is_some_and(FailureClass::trips_circuit);

@@ -74,6 +74,9 @@ pub enum Why {
     SameUpstream,
     HardCeilingMaybeBilled,
     AlternateOverCeiling,
+    /// The decision was to fail over, but the alternate's worst case (plus what the
+    /// failed attempt may have cost) does not fit what is left of a period budget.
+    AlternateOverBudget,
     ProviderSideClass,
 }
 
@@ -98,6 +101,7 @@ impl Decision {
             Why::SameUpstream => format!("{c}: the alternate is the same upstream as the destination that failed, so calling it is skipped"),
             Why::HardCeilingMaybeBilled => format!("{c} may have been billed: under a hard ceiling a request makes at most one potentially billable attempt"),
             Why::AlternateOverCeiling => format!("{c}: the alternate's worst case does not fit the ceiling"),
+            Why::AlternateOverBudget => format!("{c} is provider-side, but the alternate's worst case does not fit what is left of the period budget: no further call is made"),
             Why::ProviderSideClass => format!("{c} is provider-side: failing over to the alternate"),
         }
     }

@@ -19,6 +19,7 @@ pub struct Metrics {
     failovers: IntCounterVec,
     refusals: IntCounterVec,
     spend: IntCounterVec,
+    priced: IntCounterVec,
     latency: HistogramVec,
     budget_remaining: IntGaugeVec,
     circuit: IntGaugeVec,
@@ -93,6 +94,12 @@ impl Metrics {
                 "Billed spend by provider, in nano-units (1e-9) of the plan's currency.",
                 &["provider", "currency"],
             )?,
+            priced: counter(
+                &r,
+                "purser_priced_attempts_total",
+                "Answered attempts by provider and how their cost was reached: usage (the vendor's figures), worst_case (usage missing, charged at the bound) or estimated (a token class priced without a configured rate).",
+                &["provider", "cost_basis"],
+            )?,
             latency: {
                 let h = HistogramVec::new(
                     HistogramOpts::new(
@@ -140,6 +147,10 @@ impl Metrics {
                 .with_label_values(&[provider])
                 .observe(l.as_secs_f64());
         }
+    }
+
+    pub fn priced(&self, provider: &str, basis: &str) {
+        self.priced.with_label_values(&[provider, basis]).inc();
     }
 
     pub fn failover(&self, from: &str, to: &str, class: &str) {

@@ -18,7 +18,17 @@ pub const PER_REQUEST_OVERHEAD: u64 = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct TokenBounds {
     pub input: u64,
+    /// Per choice: the cap forwarded to the vendor.
     pub output: u64,
+    /// Choices asked for (`n`): each may reach the output cap.
+    pub choices: u64,
+}
+
+impl TokenBounds {
+    /// Output tokens of every choice together: what the output side can cost.
+    pub fn total_output(&self) -> u64 {
+        self.output.saturating_mul(self.choices.max(1))
+    }
 }
 
 /// Provable input-token bound: no byte-level tokenizer emits more tokens than UTF-8
@@ -31,7 +41,7 @@ pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
 
 /// Worst-case cost of one call to `d` with these bounds.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    d.cost(b.input, b.output)
+    d.cost(b.input, b.total_output())
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -127,14 +137,22 @@ fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Opt
     None
 }
 
-/// The largest output bound (≥ 1) that makes a call to `d` fit the ceiling and the window.
-pub fn clamp_output(d: &Destination, input: u64, ceiling: Money, requested: u64) -> Option<u64> {
+/// The largest per-choice output bound (≥ 1) that makes a call to `d` with `choices`
+/// choices fit the ceiling and the window.
+pub fn clamp_output(
+    d: &Destination,
+    input: u64,
+    choices: u64,
+    ceiling: Money,
+    requested: u64,
+) -> Option<u64> {
     let input_cost = d.input_per_mtok.cost_of(input);
     if input_cost > ceiling || input >= d.context_window {
         return None;
     }
     let room = ceiling.saturating_sub(input_cost);
-    let per_token = d.output_per_mtok.cost_of(1);
+    // One more output token per choice costs `choices` tokens.
+    let per_token = d.output_per_mtok.cost_of(choices.max(1));
     let by_money = if per_token.is_positive() {
         let n = (room.decimal() / per_token.decimal()).floor();
         u64::try_from(n).unwrap_or(u64::MAX)
@@ -165,12 +183,17 @@ pub fn select(
                 let clamped = match ceiling.on_exceed {
                     OnExceed::Reject => None,
                     OnExceed::Clamp => ordered(route, bounds).iter().find_map(|(d, _)| {
-                        clamp_output(d, bounds.input, ceiling.per_request, bounds.output).map(
-                            |out| TokenBounds {
-                                input: bounds.input,
-                                output: out,
-                            },
+                        clamp_output(
+                            d,
+                            bounds.input,
+                            bounds.choices,
+                            ceiling.per_request,
+                            bounds.output,
                         )
+                        .map(|out| TokenBounds {
+                            output: out,
+                            ..bounds
+                        })
                     }),
                 };
                 match clamped
@@ -279,6 +302,7 @@ mod tests {
         let b = TokenBounds {
             input: 1_000,
             output: 4_096,
+            choices: 1,
         };
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
@@ -299,6 +323,7 @@ mod tests {
         let long_input = TokenBounds {
             input: 50_000,
             output: 100,
+            choices: 1,
         };
         let names: Vec<_> = ordered(&route, long_input)
             .iter()
@@ -308,6 +333,7 @@ mod tests {
         let long_output = TokenBounds {
             input: 100,
             output: 50_000,
+            choices: 1,
         };
         let names: Vec<_> = ordered(&route, long_output)
             .iter()
@@ -336,6 +362,7 @@ mod tests {
         let b = TokenBounds {
             input: 1_000,
             output: 100_000,
+            choices: 1,
         };
         // worst case = 0.001 + 1.0 > 0.5
         let r = select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false);
@@ -360,6 +387,7 @@ mod tests {
         let b = TokenBounds {
             input: 10,
             output: 10,
+            choices: 1,
         };
         let c = ceiling("1", OnExceed::Reject);
         let s = select(&route, &c, b, |d| d.provider.as_str() == "a").unwrap();
@@ -383,6 +411,7 @@ mod tests {
             TokenBounds {
                 input: 1,
                 output: 1,
+                choices: 1,
             },
             |_| false,
         );

@@ -298,13 +298,14 @@ async fn concurrent_admissions_never_pass_the_cap() {
         seq: 1,
         finished_at: time::OffsetDateTime::now_utc(),
         status: Some(200),
-        class: "success".into(),
+        class: None,
         billing: Billing::Billed,
-        decision: "served".into(),
+        decision: purser::ledger::Decision::Served,
         reason: "ok".into(),
         input_tokens: Some(10),
         output_tokens: Some(10),
         cost: m("0.005"),
+        cost_basis: Some(purser::pricing::CostBasis::Usage),
         message: None,
     })
     .await

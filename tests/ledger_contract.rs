@@ -15,8 +15,10 @@ use purser::ledger::{
     AttemptResult, BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest, Options, Outcome,
     Recovered, RequestResult, Target,
 };
+use purser::ledger::Decision;
 use purser::money::Money;
 use purser::policy::plan::{Mode, Period};
+use purser::pricing::CostBasis;
 
 /// One engine's ledger, reopened at will (a reopen is a restart of the same replica).
 pub enum Db {
@@ -111,13 +113,14 @@ fn served(id: &str, seq: u32, cost: &str) -> AttemptResult {
         seq,
         finished_at: time::OffsetDateTime::now_utc(),
         status: Some(200),
-        class: "success".into(),
+        class: None,
         billing: Billing::Billed,
-        decision: "served".into(),
+        decision: Decision::Served,
         reason: "ok".into(),
         input_tokens: Some(10),
         output_tokens: Some(10),
         cost: m(cost),
+        cost_basis: Some(CostBasis::Usage),
         message: None,
     }
 }
@@ -184,6 +187,9 @@ contract!(
     audit_reads_agree_with_what_was_written,
     a_thousand_tiny_costs_sum_exactly,
     a_newer_schema_is_refused,
+    a_top_up_raises_every_window_or_none,
+    an_interrupted_request_is_charged_what_its_attempts_may_have_cost,
+    a_probe_is_a_write,
 );
 
 async fn in_flight_rows_become_interrupted_at_restart_and_settle(db: Db) {
@@ -482,4 +488,74 @@ async fn a_newer_schema_is_refused(db: Db) {
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("a newer database was accepted"),
     }
+}
+
+async fn a_top_up_raises_every_window_or_none(db: Db) {
+    let (l, _) = db.open().await;
+    let budgets = vec![
+        BudgetLimit {
+            period: Period::Day,
+            limit: m("1"),
+        },
+        BudgetLimit {
+            period: Period::Month,
+            limit: m("0.5"),
+        },
+    ];
+    l.admit(req("f", "0.2"), budgets).await.unwrap();
+    // The alternate needs 0.2 more: both windows have room.
+    l.top_up("f", m("0.2")).await.unwrap();
+    assert_eq!(window(&l, "day").await.2, "0.4");
+    assert_eq!(window(&l, "month").await.2, "0.4");
+    // 0.2 more fits the day but not the month: nothing changes anywhere.
+    match l.top_up("f", m("0.2")).await {
+        Err(LedgerError::BudgetExhausted {
+            period: "month",
+            needed,
+            ..
+        }) => assert_eq!(needed, m("0.2")),
+        other => panic!("topped up past the month: {other:?}"),
+    }
+    assert_eq!(window(&l, "day").await.2, "0.4");
+    assert_eq!(window(&l, "month").await.2, "0.4");
+    // Settling releases the whole holding, top-up included.
+    l.begin_attempt(attempt("f", 1)).await.unwrap();
+    l.finish(served("f", 1, "0.03"), done("f", "0.03"))
+        .await
+        .unwrap();
+    let (_, spent, reserved) = window(&l, "month").await;
+    assert_eq!((spent.as_str(), reserved.as_str()), ("0.03", "0"));
+    // A request that is not in flight has nothing to raise.
+    l.top_up("f", m("0.1")).await.unwrap();
+    l.top_up("nobody", m("0.1")).await.unwrap();
+    assert_eq!(window(&l, "month").await.2, "0");
+}
+
+async fn an_interrupted_request_is_charged_what_its_attempts_may_have_cost(db: Db) {
+    let (l, _) = db.open().await;
+    l.admit(req("s", "0.5"), day("1")).await.unwrap();
+    l.begin_attempt(attempt("s", 1)).await.unwrap(); // worst case 0.01
+    l.interrupt("s", "its task died").await.unwrap();
+    let row = l.request("s").await.unwrap().unwrap();
+    assert_eq!(row.outcome, "interrupted");
+    let a = &row.attempts[0];
+    assert_eq!(
+        (a.state.as_str(), a.billing.as_str(), a.reason.as_deref()),
+        ("interrupted", "maybe_billed", Some("its task died"))
+    );
+    // The 0.5 holding became the 0.01 its one attempt may have cost, as spent.
+    let (_, spent, reserved) = window(&l, "day").await;
+    assert_eq!((spent.as_str(), reserved.as_str()), ("0.01", "0"));
+    // Interrupting again changes nothing; settling it works as after a crash.
+    l.interrupt("s", "again").await.unwrap();
+    l.settle("s", m("0.004")).await.unwrap();
+    let (_, spent, reserved) = window(&l, "day").await;
+    assert_eq!((spent.as_str(), reserved.as_str()), ("0.004", "0"));
+}
+
+async fn a_probe_is_a_write(db: Db) {
+    let (l, _) = db.open().await;
+    assert!(l.writable());
+    l.probe().await.unwrap();
+    assert!(l.writable());
 }

@@ -64,6 +64,7 @@ pub fn explain(
     let bounds = TokenBounds {
         input: selection::input_bound(input_bytes, messages),
         output: max_tokens.unwrap_or(p.max_output_tokens),
+        choices: 1,
     };
     let _ = writeln!(
         s,

@@ -69,6 +69,7 @@ pub async fn serve(
     }
     let reloader = Arc::new(Reloader::new(engine.clone(), config.to_path_buf()));
     tokio::spawn(reload_on_sighup(reloader.clone()));
+    let requests = engine.clone();
     let app = http::router(
         engine,
         http::Options {
@@ -90,6 +91,13 @@ pub async fn serve(
         let _ = rx.wait_for(|s| *s).await;
     };
     let server = axum::serve(listener, app).with_graceful_shutdown(signalled(stopped.clone()));
+    // Requests run detached from their connections (a client that hung up does not
+    // cut a billed call): once the server has closed them all, wait for those too.
+    let server = async move {
+        let res = server.await;
+        requests.drained().await;
+        res
+    };
     let deadline = async {
         signalled(stopped).await;
         tokio::time::sleep(grace).await;

@@ -7,18 +7,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::recorder::{Closing, Ended, Recorder};
+
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::{Engine, truncate_redact, upstream_message};
+use super::{truncate_redact, upstream_message};
 use crate::breaker::Breaker;
 use crate::failure::{self, Billing, EventSignal, FailureClass};
-use crate::ledger::{self, AttemptResult, RequestResult};
+use crate::ledger::{self, Decision};
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination};
+use crate::pricing;
+use crate::selection::TokenBounds;
+use crate::upstream;
 use crate::upstream::stream::{ChunkTranslator, SseDecoder, SseEvent};
-use crate::upstream::{self, Usage};
 
 /// A stream that has produced content and is still open upstream.
 pub struct Live {
@@ -28,6 +32,9 @@ pub struct Live {
     body: Option<reqwest::Response>,
     /// Chunks translated before the commit, sent first.
     pending: Vec<Value>,
+    /// Events that arrived in the same read as the first content, after it: the
+    /// tail reads them before anything else, so none is lost.
+    backlog: Vec<SseEvent>,
     /// The upstream already ended the answer.
     exhausted: bool,
     idle: Duration,
@@ -97,6 +104,7 @@ pub async fn first_content(
         decoder: SseDecoder::default(),
         body: None,
         pending: Vec::new(),
+        backlog: Vec::new(),
         exhausted: false,
         idle,
     };
@@ -116,11 +124,13 @@ pub async fn first_content(
             Step::End => {
                 let last: Vec<SseEvent> = live.decoder.finish().into_iter().collect();
                 saw_event |= !last.is_empty();
-                for e in &last {
+                for (i, e) in last.iter().enumerate() {
                     match see(&mut live, e) {
                         Seen::Fail(f) => return f,
+                        // The body has ended: the tail judges completeness from what
+                        // the translator saw, after the rest of these events.
                         Seen::Commit | Seen::Finished => {
-                            live.exhausted = live.translator.complete();
+                            live.backlog = last[i + 1..].to_vec();
                             return Start::Content(Box::new(live));
                         }
                         Seen::Continue => {}
@@ -151,11 +161,14 @@ pub async fn first_content(
                 }
             }
         };
-        for e in &events {
+        for (i, e) in events.iter().enumerate() {
             saw_event = true;
             match see(&mut live, e) {
                 Seen::Fail(f) => return f,
+                // Several events often arrive in one read: those after the first
+                // content are the tail's to forward, in order.
                 Seen::Commit => {
+                    live.backlog = events[i + 1..].to_vec();
                     live.body = Some(body);
                     return Start::Content(Box::new(live));
                 }
@@ -235,17 +248,16 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
 }
 
 /// The rest of a committed streaming attempt, run after the client got its headers.
+/// It reads the upstream to its end even when the client has gone, so the ledger
+/// learns what the vendor billed.
 pub struct Tail {
-    pub engine: Arc<Engine>,
-    pub request_id: String,
+    pub rec: Recorder,
     pub seq: u32,
     pub dest: Destination,
-    pub currency: String,
     pub worst: Money,
-    pub billed_before: Money,
-    pub charged_before: Money,
+    pub bounds: TokenBounds,
     pub breaker: Option<Arc<Breaker>>,
-    pub sent: Instant,
+    pub sent: Option<Instant>,
     pub key: Option<String>,
 }
 
@@ -256,7 +268,20 @@ enum End {
         reason: String,
         message: String,
     },
-    ClientGone,
+}
+
+/// The client's side of the stream; once it has gone, nothing more is sent.
+struct Out {
+    tx: mpsc::Sender<Bytes>,
+    gone: bool,
+}
+
+impl Out {
+    async fn send(&mut self, b: Bytes) {
+        if !self.gone && self.tx.send(b).await.is_err() {
+            self.gone = true;
+        }
+    }
 }
 
 fn sse(v: &Value) -> Bytes {
@@ -265,214 +290,176 @@ fn sse(v: &Value) -> Bytes {
 
 impl Tail {
     pub async fn run(self, mut live: Live, tx: mpsc::Sender<Bytes>) {
-        let mut end = None;
+        let mut out = Out { tx, gone: false };
         for c in std::mem::take(&mut live.pending) {
-            if tx.send(sse(&c)).await.is_err() {
-                end = Some(End::ClientGone);
-                break;
-            }
+            out.send(sse(&c)).await;
         }
-        let end = match end {
-            Some(e) => e,
+        let backlog = std::mem::take(&mut live.backlog);
+        let end = match forward(&mut live, backlog, &mut out).await {
+            Some(end) => end,
             None if live.exhausted => End::Complete,
-            None => self.pump(&mut live, &tx).await,
+            None => pump(&mut live, &mut out).await,
         };
-        self.finish(end, &live, &tx).await;
+        self.finish(end, &live, &mut out).await;
     }
 
-    async fn pump(&self, live: &mut Live, tx: &mpsc::Sender<Bytes>) -> End {
-        let Some(mut body) = live.body.take() else {
-            return End::Complete;
-        };
-        loop {
-            let step = tokio::select! {
-                // The client went away: dropping `body` cancels the upstream call.
-                () = tx.closed() => return End::ClientGone,
-                s = next(&mut body, live.idle) => s,
-            };
-            let events = match step {
-                Step::Fail(class, reason) => {
-                    return End::Failed {
-                        class,
-                        message: reason.clone(),
-                        reason,
-                    };
-                }
-                Step::End => {
-                    let tail: Vec<SseEvent> = live.decoder.finish().into_iter().collect();
-                    if let Some(end) = self.forward(live, tail, tx).await {
-                        return end;
-                    }
-                    return if live.translator.complete() {
-                        End::Complete
-                    } else {
-                        End::Failed {
-                            class: FailureClass::Dropped,
-                            reason: "the stream was cut before the answer was complete".into(),
-                            message: "the upstream closed the stream mid-answer".into(),
-                        }
-                    };
-                }
-                Step::Chunk(bytes) => match live.decoder.push(&bytes) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        return End::Failed {
-                            class: FailureClass::Unclassified,
-                            reason: e.to_string(),
-                            message: e.to_string(),
-                        };
-                    }
+    async fn finish(mut self, end: End, live: &Live, out: &mut Out) {
+        let usage = live.translator.usage();
+        let charge = pricing::charge(&self.dest, &usage, self.bounds);
+        let provider = self.dest.provider.to_string();
+        if out.gone {
+            self.rec.client_left();
+        }
+        let (ended, closing) = match &end {
+            End::Complete => (
+                Ended {
+                    seq: self.seq,
+                    dest: &self.dest,
+                    worst: self.worst,
+                    sent: self.sent,
+                    status: Some(200),
+                    class: None,
+                    billing: Billing::Billed,
+                    decision: Decision::Served,
+                    reason: "a complete streamed answer".into(),
+                    charge: Some(charge),
+                    message: None,
                 },
-            };
-            if let Some(end) = self.forward(live, events, tx).await {
-                return end;
-            }
-        }
-    }
-
-    /// Send translated events on; `Some` when one of them ends the stream.
-    async fn forward(
-        &self,
-        live: &mut Live,
-        events: Vec<SseEvent>,
-        tx: &mpsc::Sender<Bytes>,
-    ) -> Option<End> {
-        for e in events {
-            if let Ok(EventSignal::Failure(class, reason)) = signal(live.api, &e) {
-                return Some(End::Failed {
-                    class,
-                    reason: reason.into_owned(),
-                    message: upstream_message(&e.data),
-                });
-            }
-            for c in live.translator.event(&e) {
-                if tx.send(sse(&c)).await.is_err() {
-                    return Some(End::ClientGone);
-                }
-            }
-            if live.translator.saw_end_marker() {
-                return Some(End::Complete);
-            }
-        }
-        None
-    }
-
-    async fn finish(self, end: End, live: &Live, tx: &mpsc::Sender<Bytes>) {
-        let e = &self.engine;
-        let usage: Usage = live.translator.usage();
-        let tokens = |n: u64| (n > 0).then_some(n);
-        let provider = self.dest.provider.as_str();
-        let (class, billing, cost, decision, reason, message, outcome, code) = match &end {
-            End::Complete => {
-                let cost = self.dest.cost(usage.prompt_tokens, usage.completion_tokens);
-                (
-                    None,
-                    Billing::Billed,
-                    cost,
-                    "served",
-                    "a complete streamed answer".to_string(),
-                    None,
-                    ledger::Outcome::Served,
-                    None,
-                )
-            }
+                Closing {
+                    outcome: ledger::Outcome::Served,
+                    served_by: Some(provider.clone()),
+                    error_code: None,
+                },
+            ),
             End::Failed {
                 class,
                 reason,
                 message,
-            } => (
-                Some(*class),
-                // Content was generated and sent: whatever the class, it may be billed.
-                Billing::MaybeBilled,
-                Money::ZERO,
-                "stop",
-                format!(
-                    "{reason}; the stream had already sent content to the client, so it ends with an error event and nothing is spliced"
-                ),
-                Some(truncate_redact(message, self.key.as_deref())),
-                ledger::Outcome::Failed,
-                Some(class.as_str().to_string()),
-            ),
-            End::ClientGone => (
-                Some(FailureClass::Dropped),
-                Billing::MaybeBilled,
-                Money::ZERO,
-                "stop",
-                "the client disconnected mid-stream; the upstream call was cancelled".to_string(),
-                None,
-                ledger::Outcome::Failed,
-                Some("client_disconnected".to_string()),
-            ),
+            } => {
+                if let Some(b) = &self.breaker {
+                    b.record(Some(*class), self.rec.engine().clock.now_ms());
+                }
+                (
+                    Ended {
+                        seq: self.seq,
+                        dest: &self.dest,
+                        worst: self.worst,
+                        sent: self.sent,
+                        status: Some(200),
+                        class: Some(*class),
+                        // Content was generated and sent: whatever the class, it may be billed.
+                        billing: Billing::MaybeBilled,
+                        decision: Decision::After(crate::decide::Action::Stop),
+                        reason: format!(
+                            "{reason}; the stream had already sent content to the client, so it ends with an error event and nothing is spliced"
+                        ),
+                        charge: Some(charge),
+                        message: Some(truncate_redact(message, self.key.as_deref())),
+                    },
+                    Closing {
+                        outcome: ledger::Outcome::Failed,
+                        served_by: None,
+                        error_code: Some(class.as_str().to_string()),
+                    },
+                )
+            }
         };
-        let class_name = class.map_or("success", FailureClass::as_str);
-        e.metrics
-            .attempt(provider, class_name, Some(self.sent.elapsed()));
-        if class.is_none() {
-            e.metrics.spend(provider, &self.currency, cost);
-        }
-        if let (Some(b), Some(c)) = (&self.breaker, class)
-            && !matches!(end, End::ClientGone)
-        {
-            b.record(Some(c), e.clock.now_ms());
-        }
-        tracing::info!(seq = self.seq, provider, class = class_name, %cost, decision, "attempt (stream)");
-        let billed = self.billed_before + cost;
-        let charged = self.charged_before
-            + if billing == Billing::MaybeBilled {
-                self.worst
-            } else {
-                cost
-            };
-        let recorded = e
-            .ledger
-            .finish(
-                AttemptResult {
-                    request_id: self.request_id.clone(),
-                    seq: self.seq,
-                    finished_at: e.clock.wall(),
-                    status: Some(200),
-                    class: class_name.to_string(),
-                    billing,
-                    decision: decision.to_string(),
-                    reason,
-                    input_tokens: tokens(usage.prompt_tokens),
-                    output_tokens: tokens(usage.completion_tokens),
-                    cost,
-                    message: message.clone(),
-                },
-                RequestResult {
-                    request_id: self.request_id.clone(),
-                    outcome,
-                    error_code: code.clone(),
-                    served_by: class.is_none().then(|| provider.to_string()),
-                    cost: billed,
-                    charged,
-                },
-            )
-            .await;
-        if let Err(err) = &recorded {
-            // The client already has its answer; the row stays in flight and becomes
-            // interrupted / maybe_billed at the next start.
-            tracing::error!(error = %err, request_id = %self.request_id, "cannot record the end of a stream");
+        let request_id = self.rec.request_id().to_string();
+        if let Err(err) = self.rec.record(ended, Some(closing)).await {
+            // The client has its answer; the recorder's guard hands the request to the
+            // sweeper, which interrupts it at its worst case once the ledger can write.
+            tracing::error!(error = %err, %request_id, "cannot record the end of a stream");
         }
         match end {
             End::Complete => {
-                let _ = tx
-                    .send(sse(&live.translator.usage_chunk(&cost.to_string())))
+                out.send(sse(&live.translator.usage_chunk(&charge.cost.to_string())))
                     .await;
-                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+                out.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
             }
-            End::Failed { class, .. } => {
+            End::Failed { class, message, .. } => {
                 let err = json!({"error": {
-                    "message": format!("{} (provider {provider}, class {class}; the stream was cut after content was sent)", message.unwrap_or_default()),
+                    "message": format!("{} (provider {provider}, class {class}; the stream was cut after content was sent)", truncate_redact(&message, self.key.as_deref())),
                     "type": "upstream_error",
                     "code": class.as_str(),
                     "provider": provider,
-                    "request_id": self.request_id,
+                    "request_id": request_id,
                 }});
-                let _ = tx.send(sse(&err)).await;
+                out.send(sse(&err)).await;
             }
-            End::ClientGone => {}
         }
     }
+}
+
+/// Read the upstream to its end, forwarding every event in order.
+async fn pump(live: &mut Live, out: &mut Out) -> End {
+    let Some(mut body) = live.body.take() else {
+        return ended(live);
+    };
+    loop {
+        let events = match next(&mut body, live.idle).await {
+            // The answer was already complete (its finish reason is in): only what
+            // came after it — the usage — is lost, and that is charged at its bound.
+            Step::Fail(..) if live.translator.complete() => return End::Complete,
+            Step::Fail(class, reason) => {
+                return End::Failed {
+                    class,
+                    message: reason.clone(),
+                    reason,
+                };
+            }
+            Step::End => {
+                let rest: Vec<SseEvent> = live.decoder.finish().into_iter().collect();
+                if let Some(end) = forward(live, rest, out).await {
+                    return end;
+                }
+                return ended(live);
+            }
+            Step::Chunk(bytes) => match live.decoder.push(&bytes) {
+                Ok(e) => e,
+                Err(e) => {
+                    return End::Failed {
+                        class: FailureClass::Unclassified,
+                        reason: e.to_string(),
+                        message: e.to_string(),
+                    };
+                }
+            },
+        };
+        if let Some(end) = forward(live, events, out).await {
+            return end;
+        }
+    }
+}
+
+/// The body ended: complete if the answer was, else a cut.
+fn ended(live: &Live) -> End {
+    if live.translator.complete() {
+        End::Complete
+    } else {
+        End::Failed {
+            class: FailureClass::Dropped,
+            reason: "the stream was cut before the answer was complete".into(),
+            message: "the upstream closed the stream mid-answer".into(),
+        }
+    }
+}
+
+/// Send translated events on; `Some` when one of them ends the stream.
+async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Option<End> {
+    for e in events {
+        if let Ok(EventSignal::Failure(class, reason)) = signal(live.api, &e) {
+            return Some(End::Failed {
+                class,
+                reason: reason.into_owned(),
+                message: upstream_message(&e.data),
+            });
+        }
+        for c in live.translator.event(&e) {
+            out.send(sse(&c)).await;
+        }
+        if live.translator.saw_end_marker() {
+            return Some(End::Complete);
+        }
+    }
+    None
 }

@@ -83,6 +83,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
     let plan_id = engine.plan().id().to_string();
+    // After a failed write, ask the ledger to write one small row: its success makes
+    // the node ready again by itself, even when no request arrives (a drained node).
+    if !engine.ledger.writable() {
+        let _ = engine.ledger.probe().await;
+    }
     if !engine.ledger.writable() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -134,9 +139,10 @@ async fn chat(
                 None,
                 None,
                 &[],
+                None,
             );
         }
-        Err(e) => return error_response(None, &GatewayError::InvalidRequest(e.body_text())),
+        Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
     };
     let key = bearer(&headers);
     if key.is_none() {
@@ -147,7 +153,7 @@ async fn chat(
         Err(e) => {
             return error_response(
                 None,
-                &GatewayError::InvalidRequest(format!("the body is not valid JSON: {e}")),
+                &GatewayError::invalid(format!("the body is not valid JSON: {e}"), None),
             );
         }
     };
@@ -204,7 +210,7 @@ fn served_response(s: Served) -> Response {
 pub fn status_of(e: &GatewayError) -> StatusCode {
     match e {
         GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
-        GatewayError::InvalidRequest(_) | GatewayError::NoDestination { .. } => {
+        GatewayError::InvalidRequest { .. } | GatewayError::NoDestination { .. } => {
             StatusCode::BAD_REQUEST
         }
         GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
@@ -243,7 +249,7 @@ fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> 
 fn error_type(e: &GatewayError) -> &'static str {
     match e {
         GatewayError::Unauthorized => "authentication_error",
-        GatewayError::InvalidRequest(_)
+        GatewayError::InvalidRequest { .. }
         | GatewayError::ModelNotAllowed { .. }
         | GatewayError::NoDestination { .. } => "invalid_request_error",
         GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
@@ -267,6 +273,7 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         provider,
         request_id,
         attempts,
+        e.param(),
     );
     if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
         r.headers_mut().insert("x-purser-request-id", id);
@@ -276,6 +283,8 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
     r
 }
 
+// Each argument is one field of the OpenAI envelope DESIGN extends.
+#[allow(clippy::too_many_arguments)]
 fn envelope(
     status: StatusCode,
     code: &str,
@@ -284,10 +293,13 @@ fn envelope(
     provider: Option<&str>,
     request_id: Option<&str>,
     attempts: &[crate::gateway::AttemptReport],
+    param: Option<&str>,
 ) -> Response {
+    // `param` names the request field at fault, as OpenAI's own errors do.
     let body = json!({"error": {
         "message": message,
         "type": ty,
+        "param": param,
         "code": code,
         "provider": provider,
         "request_id": request_id,

@@ -86,13 +86,10 @@ impl Ledger {
         }
     }
 
-    /// A cheap check that the ledger can be written again; on success `writable`
-    /// turns true, so readiness recovers without waiting for a request.
+    /// A write that costs one small row: readiness asks it after a failed write, and
+    /// its success makes the ledger writable again.
     pub async fn probe(&self) -> Result<(), LedgerError> {
-        match &*self.engine {
-            Engine::Sqlite(s) => s.probe().await,
-            Engine::Postgres(s) => s.probe().await,
-        }
+        self.call(Op::Probe).await
     }
 
     async fn call(&self, op: Op) -> Result<(), LedgerError> {
@@ -154,6 +151,29 @@ impl Ledger {
     /// Complete the request and settle its reservations to what it was charged.
     pub async fn finish_request(&self, r: RequestResult) -> Result<(), LedgerError> {
         self.call(Op::FinishRequest(r)).await
+    }
+
+    /// Raise what the request holds in each of its budget windows by `extra`, before
+    /// a failover's call; refused, with nothing changed, when any window would pass its
+    /// limit.
+    pub async fn top_up(&self, request_id: &str, extra: Money) -> Result<(), LedgerError> {
+        self.call(Op::TopUp {
+            request_id: request_id.to_string(),
+            extra,
+        })
+        .await
+    }
+
+    /// A live process gives up on a request it can no longer finish (its task died, or
+    /// its last write failed): like start-up recovery, its in-flight attempts become
+    /// `interrupted` / `maybe_billed` and what it holds is counted as spent. A request
+    /// no longer in flight is left alone.
+    pub async fn interrupt(&self, request_id: &str, reason: &str) -> Result<(), LedgerError> {
+        self.call(Op::Interrupt {
+            request_id: request_id.to_string(),
+            reason: reason.to_string(),
+        })
+        .await
     }
 
     /// Operator settlement of an interrupted request: its charge becomes `cost`.

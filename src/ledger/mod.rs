@@ -25,9 +25,11 @@ pub use sqlite::{backup_file, connect, settle_file};
 pub use target::Target;
 pub use writer::Op;
 
-use crate::failure::Billing;
+use crate::decide::Action;
+use crate::failure::{Billing, FailureClass};
 use crate::money::Money;
 use crate::policy::plan::{Mode, Period};
+use crate::pricing::CostBasis;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -156,15 +158,43 @@ pub struct AttemptResult {
     pub seq: u32,
     pub finished_at: time::OffsetDateTime,
     pub status: Option<u16>,
-    /// `success` or a failure class name.
-    pub class: String,
+    /// `None`: the attempt succeeded.
+    pub class: Option<FailureClass>,
     pub billing: Billing,
-    pub decision: String,
+    pub decision: Decision,
     pub reason: String,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub cost: Money,
+    /// How `cost` was reached; `None` when nothing was answered to price.
+    pub cost_basis: Option<CostBasis>,
     pub message: Option<String>,
+}
+
+impl AttemptResult {
+    /// The class column: `success` or the failure class.
+    pub fn class_name(&self) -> &'static str {
+        self.class.map_or("success", FailureClass::as_str)
+    }
+}
+
+/// What followed an attempt, as the ledger's `decision` column records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The attempt's answer went to the client.
+    Served,
+    /// The decision after a failure.
+    After(Action),
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Served => "served",
+            Decision::After(a) => a.as_str(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

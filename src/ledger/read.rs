@@ -21,6 +21,9 @@ pub struct AttemptRow {
     pub output_tokens: Option<i64>,
     pub cost: String,
     pub worst_case: String,
+    /// How `cost` was reached: `usage`, `worst_case` or `estimated`; null when the
+    /// attempt had no answer to price.
+    pub cost_basis: Option<String>,
     pub message: Option<String>,
 }
 

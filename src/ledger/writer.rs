@@ -13,6 +13,7 @@ use super::{
     rfc3339, window_start,
 };
 use crate::money::Money;
+use crate::pricing::CostBasis;
 
 /// Most operations committed together; bounds the latency one commit adds.
 const MAX_GROUP: usize = 1024;
@@ -38,6 +39,15 @@ pub enum Op {
         request_id: String,
         cost: Money,
     },
+    TopUp {
+        request_id: String,
+        extra: Money,
+    },
+    Interrupt {
+        request_id: String,
+        reason: String,
+    },
+    Probe,
 }
 
 pub struct Envelope {
@@ -374,6 +384,13 @@ fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<(), LedgerErr
         Op::FinishRequest(r) => finish_request(tx, books, r),
         Op::Finish(a, r) => finish_attempt(tx, a).and_then(|()| finish_request(tx, books, r)),
         Op::Settle { request_id, cost } => settle(tx, books, request_id, *cost),
+        Op::TopUp { request_id, extra } => top_up(tx, books, request_id, *extra),
+        Op::Interrupt { request_id, reason } => interrupt(tx, books, request_id, reason),
+        Op::Probe => {
+            tx.prepare_cached("INSERT INTO liveness (id, at) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET at = excluded.at")?
+                .execute(params![rfc3339(time::OffsetDateTime::now_utc())])?;
+            Ok(())
+        }
     }
 }
 
@@ -477,21 +494,22 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
     let n = tx
         .prepare_cached(
             "UPDATE attempts SET finished_at = ?3, state = 'done', status = ?4, class = ?5, billing = ?6, decision = ?7, reason = ?8,
-             input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12 WHERE request_id = ?1 AND seq = ?2",
+             input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12, cost_basis = ?13 WHERE request_id = ?1 AND seq = ?2",
         )?
         .execute(params![
             r.request_id,
             r.seq,
             rfc3339(r.finished_at),
             r.status,
-            r.class,
+            r.class_name(),
             r.billing.as_str(),
-            r.decision,
+            r.decision.as_str(),
             r.reason,
             r.input_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
             r.output_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
             r.cost.to_string(),
             r.message,
+            r.cost_basis.map(CostBasis::as_str),
         ])?;
     if n == 0 {
         return Err(LedgerError::UnknownRequest(format!(
@@ -541,7 +559,7 @@ struct Holding {
 fn holding(tx: &Connection, request_id: &str) -> Result<Option<Holding>, LedgerError> {
     let row: Option<(String, String, Option<String>, String)> = tx
         .prepare_cached(
-            "SELECT policy, worst_case, reserved_in, outcome FROM requests WHERE id = ?1",
+            "SELECT policy, COALESCE(reserved_amount, worst_case), reserved_in, outcome FROM requests WHERE id = ?1",
         )?
         .query_row(params![request_id], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
@@ -666,6 +684,122 @@ pub(super) fn settle(
         Some(h) => release(books, tx, h, total),
         None => Ok(()),
     }
+}
+
+/// Raise the request's holding by `extra` in every window it names, all or nothing.
+/// A request that holds nothing (its policy has no budgets) has nothing to raise.
+fn top_up(
+    tx: &Connection,
+    books: &mut Books,
+    request_id: &str,
+    extra: Money,
+) -> Result<(), LedgerError> {
+    let held = match books.held.remove(request_id) {
+        Some(h) => Some(h),
+        None => holding(tx, request_id)?,
+    };
+    let Some(mut h) = held else {
+        return Ok(());
+    };
+    if !extra.is_positive() || h.interrupted {
+        books.held.insert(request_id.to_string(), h);
+        return Ok(());
+    }
+    // Check every window first: a refusal must leave all of them as they were.
+    let mut refusal = None;
+    for key in &h.windows {
+        let w = books.window(tx, key)?;
+        let limit = w.limit.unwrap_or(Money::ZERO);
+        if w.spent + w.reserved + extra > limit {
+            refusal = Some(LedgerError::BudgetExhausted {
+                policy: key.policy.clone(),
+                period: period_name(&key.period),
+                limit,
+                spent: w.spent,
+                reserved: w.reserved,
+                remaining: limit.saturating_sub(w.spent + w.reserved),
+                needed: extra,
+            });
+            break;
+        }
+    }
+    if let Some(e) = refusal {
+        books.held.insert(request_id.to_string(), h);
+        return Err(e);
+    }
+    for key in &h.windows {
+        let w = books.window(tx, key)?;
+        w.reserved = w.reserved + extra;
+        w.dirty = true;
+    }
+    h.amount = h.amount + extra;
+    tx.prepare_cached("UPDATE requests SET reserved_amount = ?2 WHERE id = ?1")?
+        .execute(params![request_id, h.amount.to_string()])?;
+    books.held.insert(request_id.to_string(), h);
+    Ok(())
+}
+
+/// The `&'static` name of a stored period, for the refusal's message.
+fn period_name(stored: &str) -> &'static str {
+    match stored {
+        "month" => "month",
+        _ => "day",
+    }
+}
+
+/// A live process gives up on one request: what start-up recovery does to every
+/// in-flight row, done to this one. Its holding moves to spent at what its attempts
+/// may have cost (billed costs plus the worst case of each maybe-billed attempt).
+fn interrupt(
+    tx: &Connection,
+    books: &mut Books,
+    request_id: &str,
+    reason: &str,
+) -> Result<(), LedgerError> {
+    let outcome: Option<String> = tx
+        .prepare_cached("SELECT outcome FROM requests WHERE id = ?1")?
+        .query_row(params![request_id], |r| r.get(0))
+        .optional()?;
+    if outcome.as_deref() != Some("in_flight") {
+        return Ok(());
+    }
+    tx.prepare_cached(
+        "UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop', reason = ?2
+         WHERE request_id = ?1 AND state = 'in_flight'",
+    )?
+    .execute(params![request_id, reason])?;
+    let charged: String = tx
+        .prepare_cached(
+            "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE '0' END), '0')
+             FROM attempts WHERE request_id = ?1",
+        )?
+        .query_row(params![request_id], |r| r.get(0))?;
+    let charged = money_col(charged)?;
+    let cost: String = tx
+        .prepare_cached(
+            "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost ELSE '0' END), '0') FROM attempts WHERE request_id = ?1",
+        )?
+        .query_row(params![request_id], |r| r.get(0))?;
+    let held = match books.held.remove(request_id) {
+        Some(h) => Some(h),
+        None => holding(tx, request_id)?,
+    };
+    // Like recovery, the request keeps a holding (now in `spent`) until it finishes
+    // late or an operator settles it; its amount becomes what was charged.
+    let reserved_in: Option<String> = held.as_ref().map(|h| reserved_in(&h.windows));
+    tx.prepare_cached(
+        "UPDATE requests SET outcome = 'interrupted', cost = ?2, reserved_in = ?3, reserved_amount = ?4 WHERE id = ?1",
+    )?
+    .execute(params![request_id, money_col(cost)?.to_string(), reserved_in, charged.to_string()])?;
+    if let Some(h) = held {
+        for key in &h.windows {
+            let w = books.window(tx, key)?;
+            w.reserved = w.reserved.saturating_sub(h.amount);
+            w.spent = w.spent + charged;
+            w.dirty = true;
+        }
+    }
+    Ok(())
 }
 
 /// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and

@@ -15,13 +15,15 @@ pub fn prepare(
     let mut body = req.body.clone();
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
-        // Send the bound purser proved the cost with; max_completion_tokens wins upstream
-        // when both are set, so set whichever the client used (or max_tokens).
-        if o.contains_key("max_completion_tokens") {
-            o.insert("max_completion_tokens".into(), json!(req.max_tokens));
+        // Exactly one cap goes out: the bound purser proved the cost with, in the field
+        // the client used (max_completion_tokens when it sent both).
+        let field = if o.remove("max_completion_tokens").is_some() {
+            "max_completion_tokens"
         } else {
-            o.insert("max_tokens".into(), json!(req.max_tokens));
-        }
+            "max_tokens"
+        };
+        o.remove("max_tokens");
+        o.insert(field.into(), json!(req.max_tokens));
         if req.stream {
             // Usage in the last chunk is how a stream's exact cost becomes known.
             o.insert("stream".into(), json!(true));

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses part of the harness
 
+pub mod money;
 pub mod pg;
 pub mod vendors;
 

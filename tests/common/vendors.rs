@@ -45,6 +45,14 @@ pub enum Script {
     StreamErrorAfter(usize, String),
     /// A normal stream with this many milliseconds between events.
     StreamSlow(u64),
+    /// A normal stream written in one write: every event, `[DONE]` included, arrives
+    /// in one read, as it often does on a real link under load.
+    StreamBatched,
+    /// This exact SSE body, written as these pieces with a pause between them, so
+    /// the reads split where a test wants them to.
+    StreamPieces(Vec<Vec<u8>>),
+    /// The normal answer (plain or streamed) with every usage figure taken out.
+    NoUsage,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -332,6 +340,22 @@ async fn answer(
             sse(evs, None, 0)
         }
         Script::StreamSlow(ms) => sse(events(api, &provider, &model), None, ms),
+        Script::StreamBatched => sse(vec![events(api, &provider, &model).concat()], None, 0),
+        Script::StreamPieces(pieces) => pieces_response(pieces),
+        Script::NoUsage if stream => {
+            let evs = events(api, &provider, &model)
+                .into_iter()
+                .filter_map(|e| without_usage_event(&e))
+                .collect();
+            sse(evs, None, 0)
+        }
+        Script::NoUsage => {
+            let mut v: Value =
+                serde_json::from_str(&fixture(&format!("{}.json", api.name()), &provider, &model))
+                    .unwrap();
+            strip_usage(&mut v);
+            json(StatusCode::OK, v.to_string())
+        }
     }
 }
 
@@ -408,4 +432,70 @@ async fn gemini(
         stream,
     )
     .await
+}
+
+/// The normal stream of `api` as the vendor writes it, placeholders filled.
+pub fn stream_body(api: &str, provider: &str, model: &str) -> Vec<u8> {
+    fixture(&format!("{api}.sse"), provider, model)
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn pieces_response(pieces: Vec<Vec<u8>>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(1);
+    tokio::spawn(async move {
+        for p in pieces {
+            if tx.send(Ok(bytes::Bytes::from(p))).await.is_err() {
+                return;
+            }
+            // A pause lets each piece leave as a read of its own.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Every usage figure a vendor sends, removed.
+fn strip_usage(v: &mut Value) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("usage");
+        o.remove("usageMetadata");
+        if let Some(m) = o.get_mut("message").and_then(Value::as_object_mut) {
+            m.remove("usage");
+        }
+    }
+}
+
+/// One stream event without its usage; `None` for an event that carried only usage.
+fn without_usage_event(e: &str) -> Option<String> {
+    let mut out = Vec::new();
+    for line in e.trim_end().lines() {
+        match line.strip_prefix("data: ") {
+            Some(d) if d.trim() != "[DONE]" => {
+                let mut v: Value = serde_json::from_str(d).unwrap();
+                let usage_only = v
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .is_some_and(Vec::is_empty);
+                if usage_only {
+                    return None;
+                }
+                strip_usage(&mut v);
+                out.push(format!("data: {v}"));
+            }
+            _ => out.push(line.to_string()),
+        }
+    }
+    Some(format!("{}\n\n", out.join("\n")))
 }

@@ -24,7 +24,6 @@ pub use migrate::{MIGRATIONS, latest as latest_version};
 pub use writer::window_start_at;
 
 use super::{AttemptResult, LedgerError, Op, Recovered};
-use crate::money::Money;
 
 /// How this replica identifies itself and how long its lease lasts.
 #[derive(Debug, Clone)]
@@ -143,14 +142,6 @@ impl Store {
         self.shared.writable.load(Ordering::Relaxed)
     }
 
-    /// A cheap round trip; when it works, writes are allowed to be tried again.
-    pub async fn probe(&self) -> Result<(), LedgerError> {
-        let c = client(&self.shared.pool).await?;
-        c.simple_query("SELECT 1").await?;
-        self.shared.writable.store(true, Ordering::Relaxed);
-        Ok(())
-    }
-
     pub async fn call(&self, op: Op) -> Result<(), LedgerError> {
         let Some(queue) = &self.queue else {
             return self.call_alone(op).await;
@@ -176,61 +167,21 @@ impl Store {
         client(&self.shared.pool).await
     }
 
-    /// Interrupt one stuck request of this process (see `Ledger::interrupt`).
-    pub async fn interrupt(&self, request_id: &str, reason: &str) -> Result<(), LedgerError> {
-        let c = self.reader().await?;
-        let ids = vec![request_id.to_string()];
-        c.batch_execute("BEGIN").await?;
-        let done = async {
-            c.batch_execute(sql::COMMIT_ORDER).await?;
-            writer::interrupt(&c, &ids, reason).await
-        };
-        match done.await {
-            Ok(_) => {
-                c.batch_execute("COMMIT").await?;
-                Ok(())
-            }
-            Err(e) => {
-                let _ = c.batch_execute("ROLLBACK").await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Raise an in-flight request's reservation (see `Ledger::top_up`).
-    pub async fn top_up(&self, request_id: &str, extra: Money) -> Result<(), LedgerError> {
-        let c = self.reader().await?;
-        c.batch_execute("BEGIN").await?;
-        let done = async {
-            c.batch_execute(sql::COMMIT_ORDER).await?;
-            writer::top_up(&c, request_id, extra).await
-        };
-        match done.await {
-            Ok(r) => {
-                c.batch_execute("COMMIT").await?;
-                r
-            }
-            Err(e) => {
-                let _ = c.batch_execute("ROLLBACK").await;
-                Err(e)
-            }
-        }
-    }
 }
 
 /// The attempt columns that are typed in purser and text in SQL.
 pub(crate) struct AttemptColumns {
-    pub class: String,
-    pub decision: String,
+    pub class: &'static str,
+    pub decision: &'static str,
     pub cost_basis: Option<&'static str>,
 }
 
 impl AttemptColumns {
     pub fn of(r: &AttemptResult) -> AttemptColumns {
         AttemptColumns {
-            class: r.class.clone(),
-            decision: r.decision.clone(),
-            cost_basis: None,
+            class: r.class_name(),
+            decision: r.decision.as_str(),
+            cost_basis: r.cost_basis.map(crate::pricing::CostBasis::as_str),
         }
     }
 }

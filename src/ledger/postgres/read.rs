@@ -23,7 +23,7 @@ const REQUEST_COLUMNS: &str = "r.id, r.received_at, r.client, r.policy, r.plan_i
      r.outcome, r.error_code, r.served_by, r.cost";
 
 const ATTEMPT_COLUMNS: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
-     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message";
+     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis";
 
 fn money(r: &Row, i: usize) -> Result<String, LedgerError> {
     let d: Decimal = r.try_get(i)?;
@@ -84,6 +84,7 @@ fn attempt_from_row(r: &Row, base: usize) -> Result<AttemptRow, LedgerError> {
         cost: money(r, base + 14)?,
         worst_case: money(r, base + 15)?,
         message: r.try_get(base + 16)?,
+        cost_basis: r.try_get(base + 17)?,
     })
 }
 

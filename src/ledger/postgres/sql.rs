@@ -156,8 +156,7 @@ SELECT EXISTS (SELECT 1 FROM o), (SELECT policy FROM o), (SELECT count(*) FROM p
 /// The in-flight attempts of the given requests become `interrupted` / `maybe_billed`,
 /// charged at their worst case. $1 request ids, $2 reason.
 pub const INTERRUPT_ATTEMPTS: &str = "
-UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop',
-    reason = $2, cost_basis = 'worst_case'
+UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop', reason = $2
 WHERE request_id = ANY ($1) AND state = 'in_flight'";
 
 /// The given requests, if still in flight, become `interrupted`, and what each holds
@@ -178,6 +177,37 @@ WITH o AS (
     FROM s WHERE b.policy = s.policy AND b.period = s.period AND b.window_start = s.start
 )
 SELECT count(*) FROM r";
+
+/// A live process gives up on one request still in flight (`Ledger::interrupt`): its
+/// in-flight attempts become `interrupted` / `maybe_billed`, and what it holds is
+/// replaced, in `spent`, by what its attempts may have cost (billed costs plus the worst
+/// case of each maybe-billed one; the snapshot already counts in-flight attempts as
+/// maybe billed). The same rule as SQLite's. $1 id, $2 reason.
+pub const INTERRUPT_ONE: &str = "
+WITH o AS (
+    SELECT id, policy, received_at, reserved_periods, COALESCE(reserved_amount, worst_case) AS held
+    FROM requests WHERE id = $1 AND outcome = 'in_flight' FOR UPDATE
+), a AS (
+    UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop', reason = $2
+    WHERE request_id = $1 AND state = 'in_flight' AND EXISTS (SELECT 1 FROM o)
+), c AS (
+    SELECT COALESCE(sum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE 0 END), 0) AS charged,
+           COALESCE(sum(CASE billing WHEN 'billed' THEN cost ELSE 0 END), 0) AS cost
+    FROM attempts WHERE request_id = $1
+), r AS (
+    UPDATE requests q SET outcome = 'interrupted', cost = c.cost, reserved_amount = c.charged
+    FROM o, c WHERE q.id = o.id
+    RETURNING q.id
+), w AS (
+    UPDATE budget_windows b SET reserved = GREATEST(b.reserved - o.held, 0), spent = b.spent + c.charged
+    FROM o, c, unnest(o.reserved_periods) AS x (period)
+    WHERE b.policy = o.policy AND b.period = x.period
+      AND b.window_start = date_trunc(x.period, o.received_at, 'UTC')
+)
+SELECT count(*) FROM r";
+
+/// The readiness probe's write: one small row, this replica's own. $1 replica.
+pub const PROBE: &str = "UPDATE replicas SET renewed_at = now() WHERE id = $1";
 
 /// Take this replica's id: only when no live process holds it (its lease expired), or
 /// it is ours already. $1 replica, $2 instance, $3 lease in milliseconds.
@@ -208,8 +238,7 @@ pub const IN_FLIGHT_OF: &str =
 
 /// Attempts a replica left in flight, whatever their request's state.
 pub const INTERRUPT_ATTEMPTS_OF: &str = "
-UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop',
-    reason = $2, cost_basis = 'worst_case'
+UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop', reason = $2
 WHERE replica = $1 AND state = 'in_flight'";
 
 /// Every write transaction of every replica takes this lock first. Two things follow:

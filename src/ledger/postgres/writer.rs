@@ -236,7 +236,12 @@ async fn first_step(client: &Client, replica: &str, op: &Op) -> Result<Next, Led
             let (a, r) = futures_util::join!(finish_attempt(client, a), finish_request(client, r));
             Ok(Next::Done(a?.and(r?)))
         }
-        Op::Settle { .. } => Ok(Next::Later),
+        Op::Probe => {
+            let st = client.prepare_cached(sql::PROBE).await?;
+            client.execute(&st, &[&replica]).await?;
+            Ok(Next::Done(Ok(())))
+        }
+        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. } => Ok(Next::Later),
     }
 }
 
@@ -451,6 +456,12 @@ async fn finish_request(
 async fn later_step(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, LedgerError> {
     match op {
         Op::Settle { request_id, cost } => settle(client, request_id, *cost).await,
+        Op::TopUp { request_id, extra } => top_up(client, request_id, *extra).await,
+        Op::Interrupt { request_id, reason } => {
+            let st = client.prepare_cached(sql::INTERRUPT_ONE).await?;
+            client.query_one(&st, &[request_id, reason]).await?;
+            Ok(Ok(()))
+        }
         _ => Ok(Err(LedgerError::Corrupt(
             "an operation without a later step".into(),
         ))),
@@ -548,20 +559,21 @@ pub async fn interrupt(
 
 /// Raise an in-flight request's reservation by `extra` in every window it holds, all
 /// or none (`sql::TOP_UP`). `Ok(Err(BudgetExhausted))`: a window had no room; nothing
-/// changed.
-pub async fn top_up(
+/// changed. A request that holds nothing, or is no longer in flight, has nothing to
+/// raise (as on SQLite).
+async fn top_up(
     client: &Client,
     request_id: &str,
     extra: Money,
 ) -> Result<Result<(), LedgerError>, LedgerError> {
+    if !extra.is_positive() {
+        return Ok(Ok(()));
+    }
     let st = client.prepare_cached(sql::TOP_UP).await?;
     let row = client.query_one(&st, &[&request_id, &ms(extra)]).await?;
     let found: bool = row.try_get(0)?;
     if !found {
-        return Ok(Err(LedgerError::NotSettleable {
-            request_id: request_id.to_string(),
-            why: "it is not in flight, so its reservation cannot grow".into(),
-        }));
+        return Ok(Ok(()));
     }
     let policy: String = row.try_get(1)?;
     let windows: i64 = row.try_get(2)?;

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 5] = [
+pub const MIGRATIONS: [(u32, &str, &str); 6] = [
     (
         1,
         "0001_init",
@@ -32,6 +32,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 5] = [
         5,
         "0005_cheaper_rows",
         include_str!("../../../migrations/sqlite/0005_cheaper_rows.sql"),
+    ),
+    (
+        6,
+        "0006_cost_basis",
+        include_str!("../../../migrations/sqlite/0006_cost_basis.sql"),
     ),
 ];
 

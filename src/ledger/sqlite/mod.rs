@@ -74,15 +74,6 @@ impl Store {
         self.writer.as_ref().is_some_and(|w| w.writable())
     }
 
-    /// A read of the file; when it works, writes are tried again (readiness).
-    pub async fn probe(&self) -> Result<(), LedgerError> {
-        self.read(|c| {
-            c.query_row("SELECT 1", [], |_| Ok(()))?;
-            Ok(())
-        })
-        .await
-    }
-
     /// Queue the operation and let the other tasks that are ready now queue theirs.
     /// Then, unless another caller has committed it meanwhile, commit the queue (or
     /// leave it to the caller already committing on another thread).

@@ -30,7 +30,7 @@ pub(super) const REQUEST_COLUMNS_R: &str = "r.id, r.received_at, r.client, r.pol
 
 /// The attempt columns `attempt_from_row` reads, in order, qualified by alias `a`.
 pub(super) const ATTEMPT_COLUMNS_A: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
-     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message";
+     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis";
 
 pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
     Ok(RequestRow {
@@ -71,6 +71,7 @@ pub(super) fn attempt_from_row(r: &Row<'_>, base: usize) -> rusqlite::Result<Att
         cost: r.get(base + 14)?,
         worst_case: r.get(base + 15)?,
         message: r.get(base + 16)?,
+        cost_basis: r.get(base + 17)?,
     })
 }
 

@@ -1,0 +1,303 @@
+//! The client's body as the ceiling sees it: what is sent (the input bound), how much
+//! may come back (the output bound, times `n`), and which fields add billed work no
+//! bound can count. Every top-level field's bearing on cost is one row of `FIELDS`.
+
+use serde_json::{Map, Value};
+
+use super::GatewayError;
+
+/// How one top-level request field bears on what the call can cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bearing {
+    /// Costs nothing by itself (sampling settings, identifiers, the stream flag).
+    Neutral,
+    /// Sent to the model: counted in the input bound by its JSON size.
+    Input,
+    /// An output cap: the bound the ceiling is proved with, one of them forwarded.
+    OutputCap,
+    /// Multiplies the output bound: each of `n` choices may reach the cap.
+    Choices,
+    /// Adds billed work that no bound here counts (audio output, search fees, a
+    /// price tier, predicted-output tokens): refused under a hard ceiling, a named
+    /// risk under a soft one.
+    Unbounded(&'static str),
+}
+
+/// Every OpenAI chat-completions field purser knows, and its bearing on cost. A field
+/// not listed is unknown: its cost cannot be bounded either.
+pub const FIELDS: &[(&str, Bearing)] = &[
+    ("model", Bearing::Neutral),
+    ("messages", Bearing::Input),
+    ("stream", Bearing::Neutral),
+    ("stream_options", Bearing::Neutral),
+    ("temperature", Bearing::Neutral),
+    ("top_p", Bearing::Neutral),
+    ("presence_penalty", Bearing::Neutral),
+    ("frequency_penalty", Bearing::Neutral),
+    ("logit_bias", Bearing::Neutral),
+    ("logprobs", Bearing::Neutral),
+    ("top_logprobs", Bearing::Neutral),
+    ("seed", Bearing::Neutral),
+    ("user", Bearing::Neutral),
+    ("safety_identifier", Bearing::Neutral),
+    ("prompt_cache_key", Bearing::Neutral),
+    ("metadata", Bearing::Neutral),
+    ("store", Bearing::Neutral),
+    ("parallel_tool_calls", Bearing::Neutral),
+    // Reasoning tokens are output tokens, inside the output cap.
+    ("reasoning_effort", Bearing::Neutral),
+    ("verbosity", Bearing::Neutral),
+    ("stop", Bearing::Input),
+    ("tools", Bearing::Input),
+    ("tool_choice", Bearing::Input),
+    ("functions", Bearing::Input),
+    ("function_call", Bearing::Input),
+    ("response_format", Bearing::Input),
+    ("max_tokens", Bearing::OutputCap),
+    ("max_completion_tokens", Bearing::OutputCap),
+    ("n", Bearing::Choices),
+    (
+        "modalities",
+        Bearing::Unbounded("audio output is billed per audio token at its own rate"),
+    ),
+    (
+        "audio",
+        Bearing::Unbounded("audio output is billed per audio token at its own rate"),
+    ),
+    (
+        "prediction",
+        Bearing::Unbounded("rejected predicted tokens are billed as output beyond the cap"),
+    ),
+    (
+        "web_search_options",
+        Bearing::Unbounded("web search adds a per-call fee"),
+    ),
+    (
+        "service_tier",
+        Bearing::Unbounded("a service tier changes the price per token"),
+    ),
+];
+
+/// The bearing of a top-level field; `None` for a field purser does not know.
+pub fn bearing(field: &str) -> Option<Bearing> {
+    FIELDS.iter().find(|(f, _)| *f == field).map(|(_, b)| *b)
+}
+
+/// The parts of the client's body the engine reads.
+#[derive(Debug)]
+pub struct Parsed {
+    pub model: String,
+    pub stream: bool,
+    /// The tighter of the two output caps the client set, per choice.
+    pub max_tokens: Option<u64>,
+    /// Choices asked for (`n`), at least 1.
+    pub choices: u64,
+    pub text_bytes: u64,
+    pub messages: u64,
+    pub images: u64,
+    /// Fields whose cost no bound counts, with why (unknown fields included).
+    pub unbounded: Vec<(String, &'static str)>,
+}
+
+fn bad(message: impl Into<String>, param: &str) -> GatewayError {
+    GatewayError::invalid(message, Some(param))
+}
+
+pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
+    let model = match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
+        None => return Err(bad("missing required field `model`", "model")),
+    };
+    let messages = match obj.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty", "messages")),
+        Some(_) => return Err(bad("`messages` must be an array", "messages")),
+        None => return Err(bad("missing required field `messages`", "messages")),
+    };
+    let (mut text_bytes, images) = message_bytes(messages)?;
+    let mut unbounded = Vec::new();
+    for (k, v) in obj {
+        match bearing(k) {
+            Some(Bearing::Input) if k != "messages" => text_bytes += v.to_string().len() as u64,
+            Some(Bearing::Unbounded(why)) if !v.is_null() && !neutral_value(k, v) => {
+                unbounded.push((k.clone(), why))
+            }
+            Some(_) => {}
+            None => unbounded.push((k.clone(), "purser does not know what this field costs")),
+        }
+    }
+    let max_tokens = match (cap(obj, "max_completion_tokens")?, cap(obj, "max_tokens")?) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let choices = match obj.get("n") {
+        None | Some(Value::Null) => 1,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=128).contains(n))
+            .ok_or_else(|| bad("`n` must be an integer from 1 to 128", "n"))?,
+    };
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
+    };
+    Ok(Parsed {
+        model,
+        stream,
+        max_tokens,
+        choices,
+        text_bytes,
+        messages: messages.len() as u64,
+        images,
+        unbounded,
+    })
+}
+
+/// A value that asks for nothing billed: text-only modalities, the default tier.
+fn neutral_value(field: &str, v: &Value) -> bool {
+    match field {
+        "modalities" => v
+            .as_array()
+            .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
+        "service_tier" => matches!(v.as_str(), Some("auto" | "default")),
+        _ => false,
+    }
+}
+
+fn cap(obj: &Map<String, Value>, k: &str) -> Result<Option<u64>, GatewayError> {
+    match obj.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .map(Some)
+            .ok_or_else(|| bad(format!("`{k}` must be a positive integer"), k)),
+    }
+}
+
+/// UTF-8 bytes of everything the messages send, and their image parts.
+fn message_bytes(messages: &[Value]) -> Result<(u64, u64), GatewayError> {
+    let mut text_bytes = 0u64;
+    let mut images = 0u64;
+    for (i, m) in messages.iter().enumerate() {
+        let Some(role) = m.get("role").and_then(Value::as_str) else {
+            return Err(bad(
+                format!("messages[{i}].role must be a string"),
+                &format!("messages[{i}].role"),
+            ));
+        };
+        text_bytes += role.len() as u64;
+        match m.get("content") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => text_bytes += s.len() as u64,
+            Some(Value::Array(parts)) => {
+                for p in parts {
+                    match p.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            text_bytes += p
+                                .get("text")
+                                .and_then(Value::as_str)
+                                .map_or(0, |t| t.len() as u64)
+                        }
+                        Some("image_url" | "input_image" | "image") => images += 1,
+                        // Other parts count by their JSON size: a bound for any tokenizer.
+                        _ => text_bytes += p.to_string().len() as u64,
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(bad(
+                    format!("messages[{i}].content must be a string or an array of parts"),
+                    &format!("messages[{i}].content"),
+                ));
+            }
+        }
+        // Tool calls and names are sent too.
+        for k in ["tool_calls", "name", "tool_call_id", "function_call"] {
+            if let Some(v) = m.get(k) {
+                text_bytes += v.to_string().len() as u64;
+            }
+        }
+    }
+    Ok((text_bytes, images))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn body(extra: Value) -> Value {
+        let mut b = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        if let (Some(o), Value::Object(e)) = (b.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        b
+    }
+
+    #[test]
+    fn n_is_read_and_bounded() {
+        assert_eq!(parse(&body(json!({"n": 8}))).unwrap().choices, 8);
+        assert_eq!(parse(&body(json!({}))).unwrap().choices, 1);
+        for n in [json!(0), json!(129), json!("2"), json!(1.5)] {
+            let e = parse(&body(json!({ "n": n }))).unwrap_err();
+            assert_eq!(e.param(), Some("n"));
+        }
+    }
+
+    #[test]
+    fn the_tighter_cap_wins() {
+        let p = parse(&body(
+            json!({"max_tokens": 1000, "max_completion_tokens": 900}),
+        ))
+        .unwrap();
+        assert_eq!(p.max_tokens, Some(900));
+        let p = parse(&body(
+            json!({"max_tokens": 100, "max_completion_tokens": 900}),
+        ))
+        .unwrap();
+        assert_eq!(p.max_tokens, Some(100));
+    }
+
+    #[test]
+    fn unbounded_and_unknown_fields_are_named() {
+        let p = parse(&body(json!({
+            "prediction": {"type": "content", "content": "x"},
+            "modalities": ["text", "audio"],
+            "web_search_options": {},
+            "service_tier": "priority",
+            "brand_new": 1,
+        })))
+        .unwrap();
+        let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "brand_new",
+                "modalities",
+                "prediction",
+                "service_tier",
+                "web_search_options"
+            ]
+        );
+        let p = parse(&body(
+            json!({"modalities": ["text"], "service_tier": "auto", "user": "u"}),
+        ))
+        .unwrap();
+        assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
+    }
+
+    #[test]
+    fn functions_count_as_input() {
+        let f = json!([{"name": "f", "parameters": {"type": "object", "description": "x".repeat(500)}}]);
+        let with = parse(&body(json!({ "functions": f }))).unwrap();
+        let without = parse(&body(json!({}))).unwrap();
+        assert!(with.text_bytes >= without.text_bytes + 500);
+    }
+}
