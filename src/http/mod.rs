@@ -95,8 +95,8 @@ async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
         )
             .into_response();
     }
-    match engine.ledger.reader() {
-        Ok(_) => (StatusCode::OK, format!("ready: plan {plan_id}")).into_response(),
+    match engine.ledger.readable().await {
+        Ok(()) => (StatusCode::OK, format!("ready: plan {plan_id}")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
     }
 }

@@ -92,6 +92,18 @@ impl Ledger {
         self.call(Op::Probe).await
     }
 
+    /// Whether the ledger can be read now (readiness): a read connection opens and
+    /// answers.
+    pub async fn readable(&self) -> Result<(), LedgerError> {
+        match &*self.engine {
+            Engine::Sqlite(s) => s.read(|_| Ok(())).await,
+            Engine::Postgres(s) => {
+                s.reader().await?.simple_query("SELECT 1").await?;
+                Ok(())
+            }
+        }
+    }
+
     async fn call(&self, op: Op) -> Result<(), LedgerError> {
         match &*self.engine {
             Engine::Sqlite(s) => s.call(op).await,
