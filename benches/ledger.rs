@@ -102,9 +102,7 @@ async fn open(engine: &Engine) -> (Ledger, Option<tempfile::TempDir>) {
                 replica: Some("bench".into()),
                 ..Options::default()
             };
-            let (l, _) = Ledger::open_at(&Target::Postgres(url), opts)
-                .await
-                .unwrap();
+            let (l, _) = Ledger::open_at(&Target::Postgres(url), opts).await.unwrap();
             (l, None)
         }
     }

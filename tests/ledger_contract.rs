@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use purser::failure::Billing;
+use purser::ledger::Decision;
 use purser::ledger::audit::{Filter, GroupBy, RequestOutcome};
 use purser::ledger::{
     AttemptResult, BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest, Options, Outcome,
     Recovered, RequestResult, Target,
 };
-use purser::ledger::Decision;
 use purser::money::Money;
 use purser::policy::plan::{Mode, Period};
 use purser::pricing::CostBasis;
@@ -213,7 +213,10 @@ async fn in_flight_rows_become_interrupted_at_restart_and_settle(db: Db) {
     let (_, spent, reserved) = window(&l, "day").await;
     assert_eq!((spent.as_str(), reserved.as_str()), ("0.05", "0"));
     let row = l.request("r1").await.unwrap().unwrap();
-    assert_eq!((row.cost.as_str(), row.attempts[0].billing.as_str()), ("0.05", "billed"));
+    assert_eq!(
+        (row.cost.as_str(), row.attempts[0].billing.as_str()),
+        ("0.05", "billed")
+    );
 }
 
 async fn concurrent_admissions_never_pass_the_cap(db: Db) {
@@ -260,16 +263,25 @@ async fn concurrent_admissions_never_pass_the_cap(db: Db) {
     };
     let page = l.requests(refusals, 1000, None).await.unwrap();
     assert_eq!(page.requests.len(), 150, "refusals are on record");
-    assert!(page.requests.iter().all(|r| r.error_code.as_deref() == Some("budget_exhausted")));
+    assert!(
+        page.requests
+            .iter()
+            .all(|r| r.error_code.as_deref() == Some("budget_exhausted"))
+    );
     let (_, spent, reserved) = window(&l, "day").await;
     assert_eq!((spent.as_str(), reserved.as_str()), ("0", "1"));
     let (_, _, month_reserved) = window(&l, "month").await;
-    assert_eq!(month_reserved, "1", "the month holds exactly what was admitted");
+    assert_eq!(
+        month_reserved, "1",
+        "the month holds exactly what was admitted"
+    );
 
     // Settling to the actual cost frees the rest of the reservation.
     let id = &admitted[0];
     l.begin_attempt(attempt(id, 1)).await.unwrap();
-    l.finish(served(id, 1, "0.005"), done(id, "0.005")).await.unwrap();
+    l.finish(served(id, 1, "0.005"), done(id, "0.005"))
+        .await
+        .unwrap();
     let (_, spent, reserved) = window(&l, "day").await;
     assert_eq!((spent.as_str(), reserved.as_str()), ("0.005", "0.98"));
 }
@@ -301,7 +313,10 @@ async fn a_refusal_in_one_window_reserves_nothing_in_the_others(db: Db) {
         other => panic!("admitted past the month: {other:?}"),
     }
     let (_, _, day_reserved) = window(&l, "day").await;
-    assert_eq!(day_reserved, "0.4", "the refused request holds nothing in the day");
+    assert_eq!(
+        day_reserved, "0.4",
+        "the refused request holds nothing in the day"
+    );
     // What fits both still gets in.
     l.admit(req("c", "0.1"), budgets).await.unwrap();
     let (_, _, month_reserved) = window(&l, "month").await;
@@ -345,7 +360,11 @@ async fn one_failing_operation_does_not_spoil_its_group(db: Db) {
     }
     assert_eq!(failed, 6);
     let row = l.request("ok").await.unwrap().unwrap();
-    assert_eq!(row.attempts.len(), 61, "every valid attempt is recorded exactly once");
+    assert_eq!(
+        row.attempts.len(),
+        61,
+        "every valid attempt is recorded exactly once"
+    );
 }
 
 async fn a_changed_limit_applies_to_the_next_admission(db: Db) {
@@ -417,14 +436,28 @@ async fn audit_reads_agree_with_what_was_written(db: Db) {
     assert!(rest.next_cursor.is_none());
 
     let q0 = l.request("q0").await.unwrap().unwrap();
-    assert_eq!((q0.outcome.as_str(), q0.cost.as_str(), q0.worst_case.as_str()), ("served", "0.001", "0.1"));
+    assert_eq!(
+        (
+            q0.outcome.as_str(),
+            q0.cost.as_str(),
+            q0.worst_case.as_str()
+        ),
+        ("served", "0.001", "0.1")
+    );
     assert_eq!(q0.attempts[0].status, Some(200));
     assert_eq!(q0.attempts[0].input_tokens, Some(10));
-    assert!(q0.received_at.ends_with('Z') && q0.received_at.len() == 24, "{}", q0.received_at);
+    assert!(
+        q0.received_at.ends_with('Z') && q0.received_at.len() == 24,
+        "{}",
+        q0.received_at
+    );
 
     let spend = l.spend(Filter::default(), GroupBy::Provider).await.unwrap();
     assert_eq!(spend.len(), 1);
-    assert_eq!((spend[0].key.as_str(), spend[0].cost, spend[0].billed), ("openai-us", m("0.005"), 5));
+    assert_eq!(
+        (spend[0].key.as_str(), spend[0].cost, spend[0].billed),
+        ("openai-us", m("0.005"), 5)
+    );
     let by_day = l.spend(Filter::default(), GroupBy::Day).await.unwrap();
     assert_eq!(by_day[0].key.len(), 10, "a day is YYYY-MM-DD");
 

@@ -93,9 +93,13 @@ async fn a_dead_replicas_rows_are_recovered_by_a_live_one_after_its_lease() {
         return;
     };
     let target = Target::Postgres(url);
-    let (live, _) = Ledger::open_at(&target, replica("live", 300)).await.unwrap();
+    let (live, _) = Ledger::open_at(&target, replica("live", 300))
+        .await
+        .unwrap();
     {
-        let (dead, _) = Ledger::open_at(&target, replica("dead", 300)).await.unwrap();
+        let (dead, _) = Ledger::open_at(&target, replica("dead", 300))
+            .await
+            .unwrap();
         dead.admit_with_attempt(req("r1", "0.3"), day("1"), attempt("r1"))
             .await
             .unwrap();
@@ -106,7 +110,13 @@ async fn a_dead_replicas_rows_are_recovered_by_a_live_one_after_its_lease() {
         let row = live.request("r1").await.unwrap().unwrap();
         if row.outcome == "interrupted" {
             assert_eq!(row.attempts[0].billing, "maybe_billed");
-            assert!(row.attempts[0].reason.as_deref().unwrap_or("").contains("another replica"));
+            assert!(
+                row.attempts[0]
+                    .reason
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("another replica")
+            );
             break;
         }
         assert!(start.elapsed() < Duration::from_secs(10), "not recovered");
@@ -122,7 +132,9 @@ async fn a_replica_id_held_by_a_live_process_is_refused() {
         return;
     };
     let target = Target::Postgres(url);
-    let (_first, _) = Ledger::open_at(&target, replica("same", 300)).await.unwrap();
+    let (_first, _) = Ledger::open_at(&target, replica("same", 300))
+        .await
+        .unwrap();
     match Ledger::open_at(&target, replica("same", 300)).await {
         Err(e @ LedgerError::ReplicaInUse(_)) => assert!(e.to_string().contains("--replica-id")),
         Err(e) => panic!("wrong error {e}"),
@@ -179,7 +191,11 @@ async fn an_unreachable_database_fails_closed_and_recovers_by_itself() {
     };
     let port = cfg.get_ports().first().copied().unwrap_or(5432);
     let r = relay((host.clone(), port)).await;
-    let via = url.replacen(&format!("{host}:{port}"), &format!("127.0.0.1:{}", r.port), 1);
+    let via = url.replacen(
+        &format!("{host}:{port}"),
+        &format!("127.0.0.1:{}", r.port),
+        1,
+    );
     assert_ne!(via, url, "the test URL names host:port explicitly");
     let (l, _) = Ledger::open_at(&Target::Postgres(via), replica("r", 5000))
         .await
@@ -190,7 +206,10 @@ async fn an_unreachable_database_fails_closed_and_recovers_by_itself() {
     r.up.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let err = l.admit(req("during", "0.1"), day("1")).await.unwrap_err();
-    assert!(matches!(err, LedgerError::Unavailable(_) | LedgerError::Postgres(_)), "{err}");
+    assert!(
+        matches!(err, LedgerError::Unavailable(_) | LedgerError::Postgres(_)),
+        "{err}"
+    );
     assert!(!l.writable(), "not ready while the ledger cannot write");
     assert!(l.probe().await.is_err());
 
@@ -203,6 +222,12 @@ async fn an_unreachable_database_fails_closed_and_recovers_by_itself() {
     }
     assert!(l.writable());
     l.admit(req("after", "0.1"), day("1")).await.unwrap();
-    assert!(l.request("during").await.unwrap().is_none(), "nothing half-written");
-    assert_eq!(l.request("after").await.unwrap().unwrap().outcome, "in_flight");
+    assert!(
+        l.request("during").await.unwrap().is_none(),
+        "nothing half-written"
+    );
+    assert_eq!(
+        l.request("after").await.unwrap().unwrap().outcome,
+        "in_flight"
+    );
 }

@@ -47,7 +47,11 @@ async fn cluster(test: &str, n: usize, day_limit: &str) -> Option<Cluster> {
     let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(config.join("set.yaml"), policy_set(&vendors, day_limit, "0.05")).unwrap();
+    std::fs::write(
+        config.join("set.yaml"),
+        policy_set(&vendors, day_limit, "0.05"),
+    )
+    .unwrap();
     let mut replicas = Vec::new();
     for i in 0..n {
         let id = format!("replica-{i}");
@@ -79,7 +83,9 @@ async fn chat(client: &reqwest::Client, base: &str) -> (u16, Option<String>) {
     let r = client
         .post(format!("{base}/v1/chat/completions"))
         .bearer_auth(KEY)
-        .json(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}))
+        .json(
+            &serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}),
+        )
         .send()
         .await
         .unwrap();
@@ -95,10 +101,17 @@ fn dec(row: &tokio_postgres::Row, i: usize) -> Money {
     Money::new(row.get::<_, rust_decimal::Decimal>(i))
 }
 
-async fn wait_until<F: std::future::Future<Output = bool>>(what: &str, limit: Duration, mut f: impl FnMut() -> F) {
+async fn wait_until<F: std::future::Future<Output = bool>>(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> F,
+) {
     let start = Instant::now();
     while !f().await {
-        assert!(start.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -119,12 +132,18 @@ async fn two_hundred_admissions_across_three_replicas_never_pass_the_day_cap() {
             let mut samples = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 for row in db
-                    .query("SELECT spent, reserved, limit_amount FROM budget_windows", &[])
+                    .query(
+                        "SELECT spent, reserved, limit_amount FROM budget_windows",
+                        &[],
+                    )
                     .await
                     .unwrap()
                 {
                     let (spent, reserved, limit) = (dec(&row, 0), dec(&row, 1), dec(&row, 2));
-                    assert!(spent + reserved <= limit, "spent {spent} + reserved {reserved} > limit {limit}");
+                    assert!(
+                        spent + reserved <= limit,
+                        "spent {spent} + reserved {reserved} > limit {limit}"
+                    );
                     samples += 1;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -154,7 +173,10 @@ async fn two_hundred_admissions_across_three_replicas_never_pass_the_day_cap() {
     assert_eq!(ok + refused, 200);
     // Zero overrun, every reservation settled, and spent is exactly the attempts' cost.
     let w = db
-        .query_one("SELECT spent, reserved, limit_amount FROM budget_windows", &[])
+        .query_one(
+            "SELECT spent, reserved, limit_amount FROM budget_windows",
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(dec(&w, 1), Money::ZERO);
@@ -165,7 +187,10 @@ async fn two_hundred_admissions_across_three_replicas_never_pass_the_day_cap() {
         .unwrap();
     assert_eq!(dec(&w, 0), dec(&cost, 0));
     let served: i64 = db
-        .query_one("SELECT count(*) FROM requests WHERE outcome = 'served'", &[])
+        .query_one(
+            "SELECT count(*) FROM requests WHERE outcome = 'served'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -197,13 +222,22 @@ async fn a_killed_replicas_call_is_recovered_by_another_within_the_lease() {
             .await
             .map(|r| r.status().as_u16())
     });
-    wait_until("the upstream call", Duration::from_secs(20), || async { c.vendors.calls("p") == 1 }).await;
+    wait_until("the upstream call", Duration::from_secs(20), || async {
+        c.vendors.calls("p") == 1
+    })
+    .await;
     let in_flight: i64 = db
-        .query_one("SELECT count(*) FROM attempts WHERE state = 'in_flight' AND replica = 'replica-0'", &[])
+        .query_one(
+            "SELECT count(*) FROM attempts WHERE state = 'in_flight' AND replica = 'replica-0'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
-    assert_eq!(in_flight, 1, "the attempt is recorded, by its replica, before the call");
+    assert_eq!(
+        in_flight, 1,
+        "the attempt is recorded, by its replica, before the call"
+    );
 
     c.replicas[0].child.kill().unwrap(); // SIGKILL: no shutdown path runs
     c.replicas[0].child.wait().unwrap();
@@ -215,16 +249,26 @@ async fn a_killed_replicas_call_is_recovered_by_another_within_the_lease() {
 
     // Another replica recovers it once the lease (1 s) has expired: within the lease
     // plus one renewal period and some slack.
-    wait_until("recovery by a live replica", Duration::from_secs(15), || async {
-        let n: i64 = db
-            .query_one("SELECT count(*) FROM attempts WHERE state = 'interrupted'", &[])
-            .await
-            .unwrap()
-            .get(0);
-        n == 1
-    })
+    wait_until(
+        "recovery by a live replica",
+        Duration::from_secs(15),
+        || async {
+            let n: i64 = db
+                .query_one(
+                    "SELECT count(*) FROM attempts WHERE state = 'interrupted'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n == 1
+        },
+    )
     .await;
-    eprintln!("recovered {:?} after the kill (lease {LEASE_MS} ms)", killed_at.elapsed());
+    eprintln!(
+        "recovered {:?} after the kill (lease {LEASE_MS} ms)",
+        killed_at.elapsed()
+    );
     let r = db
         .query_one("SELECT outcome, worst_case FROM requests", &[])
         .await
@@ -235,7 +279,10 @@ async fn a_killed_replicas_call_is_recovered_by_another_within_the_lease() {
         .await
         .unwrap();
     assert_eq!(a.get::<_, String>(0), "maybe_billed");
-    assert!(a.get::<_, String>(1).contains("recovered by another replica"));
+    assert!(
+        a.get::<_, String>(1)
+            .contains("recovered by another replica")
+    );
     // Nothing was answered to price (as on SQLite): the worst case is what is charged.
     assert_eq!(a.get::<_, Option<String>>(2), None);
     // Charged at the worst case: the reservation moved to spent, nothing still held.
@@ -256,7 +303,14 @@ async fn after_a_reload_on_one_replica_each_row_names_the_plan_that_decided_it()
     let plan_of = |base: String| {
         let client = client.clone();
         async move {
-            let text = client.get(format!("{base}/readyz")).send().await.unwrap().text().await.unwrap();
+            let text = client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
             text.rsplit(' ').next().unwrap().trim().to_string()
         }
     };
@@ -264,7 +318,11 @@ async fn after_a_reload_on_one_replica_each_row_names_the_plan_that_decided_it()
     let old = plan_of(a.clone()).await;
     assert_eq!(old, plan_of(b.clone()).await, "both start on one plan");
     // A new ceiling, reloaded on replica 0 only.
-    std::fs::write(c.config.join("set.yaml"), policy_set(&c.vendors, "5", "0.04")).unwrap();
+    std::fs::write(
+        c.config.join("set.yaml"),
+        policy_set(&c.vendors, "5", "0.04"),
+    )
+    .unwrap();
     let r = client
         .post(format!("{a}/admin/v1/reload"))
         .bearer_auth(common::ADMIN)

@@ -120,9 +120,7 @@ async fn run(args: &AuditArgs) -> Result<(), AuditError> {
                 pairs.push(("group_by".into(), g.clone()));
             }
             let query = audit::spend_query(&pairs)?;
-            let rows = ledger
-                .spend(query.filter.clone(), query.group_by)
-                .await?;
+            let rows = ledger.spend(query.filter.clone(), query.group_by).await?;
             match args.format {
                 AuditFormat::Json => {
                     let v = serde_json::json!({

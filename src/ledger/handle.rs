@@ -40,7 +40,10 @@ impl Ledger {
 
     /// Open the ledger at `target` (either engine), migrating it and recovering what
     /// this replica's previous process left in flight.
-    pub async fn open_at(target: &Target, opts: Options) -> Result<(Ledger, Recovered), LedgerError> {
+    pub async fn open_at(
+        target: &Target,
+        opts: Options,
+    ) -> Result<(Ledger, Recovered), LedgerError> {
         match target {
             Target::Sqlite(path) => Ledger::open(path, opts),
             Target::Postgres(url) => {
@@ -113,7 +116,11 @@ impl Ledger {
 
     /// Record the request and reserve its worst case against every period budget,
     /// atomically; refused (and recorded as refused) when any budget would overflow.
-    pub async fn admit(&self, req: NewRequest, budgets: Vec<BudgetLimit>) -> Result<(), LedgerError> {
+    pub async fn admit(
+        &self,
+        req: NewRequest,
+        budgets: Vec<BudgetLimit>,
+    ) -> Result<(), LedgerError> {
         self.call(Op::Admit {
             req,
             budgets,
@@ -143,7 +150,11 @@ impl Ledger {
     }
 
     /// Record a request refused before any attempt (ceiling, destination, model).
-    pub async fn record_refusal(&self, req: NewRequest, error_code: &str) -> Result<(), LedgerError> {
+    pub async fn record_refusal(
+        &self,
+        req: NewRequest,
+        error_code: &str,
+    ) -> Result<(), LedgerError> {
         self.call(Op::Refusal {
             req,
             error_code: error_code.to_string(),
@@ -217,8 +228,13 @@ impl Ledger {
         cursor: Option<Cursor>,
     ) -> Result<RequestPage, LedgerError> {
         match &*self.engine {
-            Engine::Sqlite(s) => s.read(move |c| sqlite::audit::requests(c, &f, limit, cursor)).await,
-            Engine::Postgres(s) => postgres::read::requests(&s.reader().await?, &f, limit, cursor).await,
+            Engine::Sqlite(s) => {
+                s.read(move |c| sqlite::audit::requests(c, &f, limit, cursor))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::read::requests(&s.reader().await?, &f, limit, cursor).await
+            }
         }
     }
 
@@ -239,7 +255,9 @@ impl Ledger {
                 Engine::Sqlite(s) => {
                     let tx = tx.clone();
                     s.read(move |c| {
-                        sqlite::audit::each_attempt(c, &f, |line| tx.blocking_send(Ok(line)).is_ok())
+                        sqlite::audit::each_attempt(c, &f, |line| {
+                            tx.blocking_send(Ok(line)).is_ok()
+                        })
                     })
                     .await
                 }
@@ -265,7 +283,11 @@ impl Ledger {
 
     /// Every stored budget window with what remains of it.
     pub async fn stored_budgets(&self) -> Result<Vec<BudgetState>, LedgerError> {
-        self.budgets().await?.into_iter().map(BudgetState::try_from).collect()
+        self.budgets()
+            .await?
+            .into_iter()
+            .map(BudgetState::try_from)
+            .collect()
     }
 
     /// The budgets a plan configures, each in the window containing `now` (zero when
@@ -278,9 +300,12 @@ impl Ledger {
         match &*self.engine {
             Engine::Sqlite(s) => {
                 let configured = configured.to_vec();
-                s.read(move |c| sqlite::audit::current_budgets(c, &configured, now)).await
+                s.read(move |c| sqlite::audit::current_budgets(c, &configured, now))
+                    .await
             }
-            Engine::Postgres(s) => postgres::read::current_budgets(&s.reader().await?, configured, now).await,
+            Engine::Postgres(s) => {
+                postgres::read::current_budgets(&s.reader().await?, configured, now).await
+            }
         }
     }
 
@@ -328,7 +353,12 @@ pub async fn migrate_at(target: &Target) -> Result<u32, LedgerError> {
 pub async fn settle_at(target: &Target, request_id: &str, cost: Money) -> Result<(), LedgerError> {
     match target {
         Target::Sqlite(path) => sqlite::settle_file(path, request_id, cost),
-        Target::Postgres(_) => Ledger::open_reader(target).await?.settle(request_id, cost).await,
+        Target::Postgres(_) => {
+            Ledger::open_reader(target)
+                .await?
+                .settle(request_id, cost)
+                .await
+        }
     }
 }
 

@@ -9,21 +9,21 @@
 
 pub mod audit;
 mod handle;
+mod op;
 pub mod postgres;
 pub mod read;
 pub mod sqlite;
 mod target;
-mod writer;
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 pub use handle::{Ledger, backup, migrate_at, settle_at};
+pub use op::Op;
 pub use sqlite::migrate::{MIGRATIONS, latest as latest_version, migrate_to};
 pub use sqlite::{backup_file, connect, settle_file};
 pub use target::Target;
-pub use writer::Op;
 
 use crate::decide::Action;
 use crate::failure::{Billing, FailureClass};

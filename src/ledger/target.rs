@@ -103,8 +103,14 @@ mod tests {
 
     #[test]
     fn urls_are_postgres_and_anything_else_a_file() {
-        assert!(matches!(Target::parse("postgres://h/db"), Target::Postgres(_)));
-        assert!(matches!(Target::parse("PostgreSQL://h/db"), Target::Postgres(_)));
+        assert!(matches!(
+            Target::parse("postgres://h/db"),
+            Target::Postgres(_)
+        ));
+        assert!(matches!(
+            Target::parse("PostgreSQL://h/db"),
+            Target::Postgres(_)
+        ));
         assert!(matches!(Target::parse("purser.db"), Target::Sqlite(_)));
         assert!(matches!(Target::parse("./postgres.db"), Target::Sqlite(_)));
     }
@@ -113,7 +119,13 @@ mod tests {
     fn passwords_never_print() {
         let t = Target::parse("postgres://u:hunter2@h:5432/db?password=x&sslmode=disable");
         let shown = t.to_string();
-        assert!(!shown.contains("hunter2") && !shown.contains("=x"), "{shown}");
-        assert_eq!(shown, "postgres://u:***@h:5432/db?password=***&sslmode=disable");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("=x"),
+            "{shown}"
+        );
+        assert_eq!(
+            shown,
+            "postgres://u:***@h:5432/db?password=***&sslmode=disable"
+        );
     }
 }

@@ -19,7 +19,9 @@ fn skip(test: &str, why: &str) -> Option<String> {
         !in_ci(),
         "{test}: CI=true but {why}: the PostgreSQL tests must run in CI"
     );
-    eprintln!("SKIPPED {test}: {why} (set {VAR}=postgres://postgres@127.0.0.1:5432/test to run it)");
+    eprintln!(
+        "SKIPPED {test}: {why} (set {VAR}=postgres://postgres@127.0.0.1:5432/test to run it)"
+    );
     None
 }
 

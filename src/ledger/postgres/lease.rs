@@ -30,7 +30,10 @@ pub async fn start(pool: &Pool, r: &Replica, instance: &str) -> Result<Recovered
     let deadline = tokio::time::Instant::now() + r.lease + r.lease / 2 + Duration::from_millis(200);
     let mut warned = false;
     loop {
-        if c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)]).await?.is_some() {
+        if c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)])
+            .await?
+            .is_some()
+        {
             break;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -111,7 +114,8 @@ async fn tick(pool: &Pool, r: &Replica, instance: &str) -> Result<(), LedgerErro
         // rows. Its later results still land (see `sql::FINISH_REQUEST`); take the id back.
         tracing::error!(replica = %r.id, "this replica's lease expired while it ran; another replica recovered its rows in flight");
         let claim = c.prepare_cached(sql::CLAIM).await?;
-        c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)]).await?;
+        c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)])
+            .await?;
     }
     let expired = c.prepare_cached(sql::EXPIRED).await?;
     let dead: Vec<String> = c

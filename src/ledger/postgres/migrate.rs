@@ -41,9 +41,7 @@ pub async fn current_version(client: &Client) -> Result<u32, LedgerError> {
 
 /// Apply every migration above the database's version; refuse a newer database.
 pub async fn migrate(client: &mut Client) -> Result<u32, LedgerError> {
-    client
-        .batch_execute(LOCK)
-        .await?;
+    client.batch_execute(LOCK).await?;
     let result = migrate_locked(client).await;
     // A failed unlock only matters while this session lives; the pool drops a broken one.
     let _ = client.batch_execute(UNLOCK).await;

@@ -51,9 +51,9 @@ impl Drop for Store {
 /// A pool on `url` that fails fast: a ledger that cannot be reached must turn a
 /// request into a 503 within seconds, not hang it.
 fn pool(url: &str) -> Result<Pool, LedgerError> {
-    let mut cfg: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e: tokio_postgres::Error| LedgerError::Unavailable(format!("invalid PostgreSQL URL: {e}")))?;
+    let mut cfg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        LedgerError::Unavailable(format!("invalid PostgreSQL URL: {e}"))
+    })?;
     cfg.connect_timeout(Duration::from_secs(3));
     cfg.application_name("purser");
     let mgr = Manager::from_config(
@@ -166,7 +166,6 @@ impl Store {
     pub async fn reader(&self) -> Result<deadpool_postgres::Client, LedgerError> {
         client(&self.shared.pool).await
     }
-
 }
 
 /// The attempt columns that are typed in purser and text in SQL.

@@ -288,7 +288,10 @@ pub async fn spend(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>,
             "billed" => row.billed += n,
             "maybe_billed" => {
                 row.maybe_billed += n;
-                row.maybe_billed_cost = row.maybe_billed_cost.checked_add(worst).ok_or_else(overflow)?;
+                row.maybe_billed_cost = row
+                    .maybe_billed_cost
+                    .checked_add(worst)
+                    .ok_or_else(overflow)?;
             }
             "not_billed" => row.not_billed += n,
             other => return Err(LedgerError::Corrupt(format!("billing state `{other}`"))),
@@ -366,7 +369,10 @@ pub async fn current_budgets(
     let mut out = Vec::with_capacity(configured.len());
     for (policy, b) in configured {
         let start = super::writer::window_start_at(b.period, now);
-        let (spent, reserved) = match c.query_opt(&st, &[policy, &b.period.as_str(), &start]).await? {
+        let (spent, reserved) = match c
+            .query_opt(&st, &[policy, &b.period.as_str(), &start])
+            .await?
+        {
             Some(r) => (Money::new(r.try_get(0)?), Money::new(r.try_get(1)?)),
             None => (Money::ZERO, Money::ZERO),
         };

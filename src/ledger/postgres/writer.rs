@@ -160,9 +160,7 @@ async fn run_in_tx(
         let r = match first? {
             Next::Done(r) => r,
             Next::Refused { took } => match &env.op {
-                Op::Admit { req, budgets, .. } => {
-                    Err(refused(client, req, budgets, &took).await?)
-                }
+                Op::Admit { req, budgets, .. } => Err(refused(client, req, budgets, &took).await?),
                 _ => Err(LedgerError::Corrupt("a refusal of no admission".into())),
             },
             Next::Later => later_step(client, &env.op).await?,
@@ -329,9 +327,7 @@ async fn refused(
         .map(|b| window_start_at(b.period, req.received_at))
         .collect();
     let st = client.prepare_cached(sql::WINDOWS).await?;
-    let rows = client
-        .query(&st, &[&req.policy, &periods, &starts])
-        .await?;
+    let rows = client.query(&st, &[&req.policy, &periods, &starts]).await?;
     let mut stored = Vec::with_capacity(rows.len());
     for row in rows {
         let period: String = row.try_get(0)?;

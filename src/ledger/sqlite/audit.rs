@@ -290,4 +290,3 @@ pub fn current_budgets(
     }
     Ok(out)
 }
-

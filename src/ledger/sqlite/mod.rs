@@ -7,8 +7,12 @@
 //! thread.
 
 pub mod audit;
+mod books;
+mod group;
 pub mod migrate;
+mod ops;
 pub mod read;
+mod recover;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,14 +21,13 @@ use rusqlite::Connection;
 use rusqlite::functions::{Aggregate, Context, FunctionFlags};
 use tokio::sync::oneshot;
 
-use super::writer;
 use super::{LedgerError, Op, Options, Recovered, Sync};
 use crate::money::Money;
 
 /// The writing side on one file.
 pub struct Store {
     /// None when opened for reading only.
-    writer: Option<Arc<writer::Writer>>,
+    writer: Option<Arc<group::Writer>>,
     path: PathBuf,
 }
 
@@ -34,10 +37,10 @@ impl Store {
     pub fn open(path: &Path, opts: &Options) -> Result<(Store, Recovered), LedgerError> {
         let mut conn = connect(path, opts)?;
         migrate::migrate_to(&mut conn, migrate::latest())?;
-        let recovered = writer::recover(&mut conn)?;
+        let recovered = recover::recover(&mut conn)?;
         Ok((
             Store {
-                writer: Some(Arc::new(writer::Writer::new(conn))),
+                writer: Some(Arc::new(group::Writer::new(conn))),
                 path: path.to_path_buf(),
             },
             recovered,
@@ -84,7 +87,7 @@ impl Store {
             ));
         };
         let (reply, mut rx) = oneshot::channel();
-        w.enqueue(writer::Envelope { op, reply });
+        w.enqueue(group::Envelope { op, reply });
         let mut cancelled = FlushOnDrop(Some(w));
         let_others_run().await;
         cancelled.0 = None;
@@ -132,7 +135,7 @@ async fn let_others_run() {
 
 /// Commits whatever is queued if dropped while armed, so an operation whose caller
 /// went away (a cancelled request) is still written.
-struct FlushOnDrop<'a>(Option<&'a writer::Writer>);
+struct FlushOnDrop<'a>(Option<&'a group::Writer>);
 
 impl Drop for FlushOnDrop<'_> {
     fn drop(&mut self) {
@@ -204,8 +207,8 @@ fn existing(path: &Path) -> Result<Connection, LedgerError> {
 pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), LedgerError> {
     let mut conn = existing(path)?;
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let mut books = writer::Books::default();
-    writer::settle(&tx, &mut books, request_id, cost)?;
+    let mut books = books::Books::default();
+    ops::settle(&tx, &mut books, request_id, cost)?;
     books.write(&tx)?;
     tx.commit()?;
     Ok(())
