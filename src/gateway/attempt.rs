@@ -128,6 +128,7 @@ impl Caller<'_> {
         provider: &Provider,
         dest: &Destination,
         req: &ChatRequest,
+        attempt_id: &str,
         force_open: bool,
     ) -> Observed {
         let breaker = self.breakers.get(&provider.id);
@@ -156,8 +157,13 @@ impl Caller<'_> {
                 );
             }
         };
-        let prepared =
+        let mut prepared =
             upstream::prepare(provider.api, dest, &provider.base_url, key.as_deref(), req);
+        // Names the ledger row of this call, so a vendor's logs (and a test's mock) can
+        // be matched with the ledger call by call.
+        prepared
+            .headers
+            .push(("x-purser-attempt", attempt_id.to_string()));
         let sent = Instant::now();
         let (outcome, status, message, answer) = if req.stream {
             match upstream::open_stream(self.http, prepared, provider.timeout()).await {

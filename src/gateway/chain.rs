@@ -87,8 +87,9 @@ impl Chain<'_> {
                     .await
                     .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
             }
+            let attempt_id = format!("{}/{}", rec.request_id(), at.seq);
             let seen = caller
-                .attempt(provider, &at.dest, self.req, at.force_open)
+                .attempt(provider, &at.dest, self.req, &attempt_id, at.force_open)
                 .instrument(tracing::info_span!("attempt", seq = at.seq, provider = %at.dest.provider, model = %at.dest.upstream_model))
                 .await;
             at.force_open = false;

@@ -14,10 +14,24 @@ pub struct SseEvent {
     pub data: String,
 }
 
-/// Splits a byte stream into events, whatever the chunk boundaries.
+/// Splits a byte stream into events, whatever the chunk boundaries, as the SSE format
+/// defines them: lines end in `\r\n`, `\n` or `\r`; a blank line ends an event;
+/// `:` starts a comment; `event:` and `data:` are the fields purser reads.
+///
+/// Hand-written rather than a crate's because it must be pushed one read at a time
+/// from purser's own read loop (each read under the attempt's idle timeout) and must
+/// bound its memory: an upstream that never ends an event is cut off at `MAX_EVENT`.
+/// Each byte is scanned once, however the reads cut the stream.
 #[derive(Debug, Default)]
 pub struct SseDecoder {
+    /// Bytes of a line not yet ended.
     buf: Vec<u8>,
+    /// The last line ended in `\r`: a `\n` that comes next belongs to it.
+    after_cr: bool,
+    event: Option<String>,
+    data: Vec<String>,
+    /// Bytes the event being read holds so far.
+    size: usize,
 }
 
 /// Longest event purser buffers; an upstream that never ends an event is cut off.
@@ -29,55 +43,76 @@ pub struct EventTooLarge;
 
 impl SseDecoder {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
-        self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        loop {
-            let end = find_blank_line(&self.buf);
-            let Some((at, sep)) = end else { break };
-            let block: Vec<u8> = self.buf.drain(..at + sep).collect();
-            if let Some(e) = parse_block(&block[..at]) {
-                out.push(e);
-            }
+        let mut rest = bytes;
+        if self.after_cr
+            && let Some(b'\n') = rest.first()
+        {
+            rest = &rest[1..];
         }
-        if self.buf.len() > MAX_EVENT {
+        self.after_cr = false;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
+            let ended_by_cr = rest[i] == b'\r';
+            let line = if self.buf.is_empty() {
+                String::from_utf8_lossy(&rest[..i]).into_owned()
+            } else {
+                self.buf.extend_from_slice(&rest[..i]);
+                let l = String::from_utf8_lossy(&self.buf).into_owned();
+                self.buf.clear();
+                l
+            };
+            rest = &rest[i + 1..];
+            if ended_by_cr {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            self.line(&line, &mut out);
+        }
+        self.buf.extend_from_slice(rest);
+        if self.size + self.buf.len() > MAX_EVENT {
             return Err(EventTooLarge);
         }
         Ok(out)
     }
 
-    /// What is left when the stream ends (an event without its blank line).
-    pub fn finish(&mut self) -> Option<SseEvent> {
-        let rest = std::mem::take(&mut self.buf);
-        parse_block(&rest)
-    }
-}
-
-/// Position and length of the first blank line (`\n\n` or `\r\n\r\n`).
-fn find_blank_line(b: &[u8]) -> Option<(usize, usize)> {
-    let lf = b.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = b.windows(4).position(|w| w == b"\r\n\r\n").map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(c)) => Some(if a.0 <= c.0 { a } else { c }),
-        (a, c) => a.or(c),
-    }
-}
-
-fn parse_block(block: &[u8]) -> Option<SseEvent> {
-    let text = String::from_utf8_lossy(block);
-    let mut event = None;
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.lines() {
-        let line = line.trim_end_matches('\r');
-        if let Some(e) = line.strip_prefix("event:") {
-            event = Some(e.trim().to_string());
-        } else if let Some(d) = line.strip_prefix("data:") {
-            data.push(d.strip_prefix(' ').unwrap_or(d));
+    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            self.size = 0;
+            let event = self.event.take();
+            if !self.data.is_empty() {
+                out.push(SseEvent {
+                    event,
+                    data: std::mem::take(&mut self.data).join("\n"),
+                });
+            }
+            return;
+        }
+        self.size += line.len();
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => self.event = Some(value.trim().to_string()),
+            "data" => self.data.push(value.to_string()),
+            // Comments (an empty field name), `id`, `retry` and unknown fields.
+            _ => {}
         }
     }
-    (!data.is_empty()).then(|| SseEvent {
-        event,
-        data: data.join("\n"),
-    })
+
+    /// What is left when the stream ends (an event without its blank line).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        let mut out = Vec::new();
+        if !self.buf.is_empty() {
+            let line = String::from_utf8_lossy(&std::mem::take(&mut self.buf)).into_owned();
+            self.line(&line, &mut out);
+        }
+        self.line("", &mut out);
+        out.pop()
+    }
 }
 
 /// Upstream events in, OpenAI chunks out, for one attempt.
@@ -278,6 +313,76 @@ impl ChunkTranslator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn all(raw: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::default();
+        let mut got = Vec::new();
+        let mut from = 0;
+        for &c in cuts.iter().chain([raw.len()].iter()) {
+            let c = c.clamp(from, raw.len());
+            got.extend(d.push(&raw[from..c]).unwrap());
+            from = c;
+        }
+        got.extend(d.finish());
+        got
+    }
+
+    proptest::proptest! {
+        /// Any events, with any mix of line endings, cut into reads anywhere, decode
+        /// to the same events as the stream read whole.
+        #[test]
+        fn any_endings_and_any_cuts_give_the_same_events(
+            events in proptest::collection::vec(("[a-z_]{0,8}", proptest::collection::vec("[ -~é→]{0,12}", 1..3)), 1..6),
+            endings in proptest::collection::vec(0usize..3, 64),
+            mut cuts in proptest::collection::vec(0usize..400, 0..10),
+        ) {
+            let mut raw = String::new();
+            let mut k = 0;
+            let mut last = "";
+            // A `\r` ending followed by a `\n` ending would read as one `\r\n`: the
+            // format itself cannot tell them apart, so the generator never writes it.
+            let mut end = || {
+                k += 1;
+                let mut e = ["\n", "\r\n", "\r"][endings[k % endings.len()]];
+                if last == "\r" && e == "\n" {
+                    e = "\r\n";
+                }
+                last = e;
+                e
+            };
+            for (name, data) in &events {
+                if !name.is_empty() {
+                    raw.push_str(&format!("event: {name}{}", end()));
+                }
+                raw.push_str(&format!(": a comment{}", end()));
+                for d in data {
+                    raw.push_str(&format!("data: {d}{}", end()));
+                }
+                raw.push_str(end());
+            }
+            let raw = raw.into_bytes();
+            cuts.sort_unstable();
+            let whole = all(&raw, &[]);
+            proptest::prop_assert_eq!(whole.len(), events.len());
+            for (e, (name, data)) in whole.iter().zip(&events) {
+                proptest::prop_assert_eq!(e.event.clone(), (!name.is_empty()).then(|| name.clone()));
+                proptest::prop_assert_eq!(&e.data, &data.join("\n"));
+            }
+            proptest::prop_assert_eq!(all(&raw, &cuts), whole);
+        }
+    }
+
+    #[test]
+    fn an_event_that_never_ends_is_cut_off() {
+        let mut d = SseDecoder::default();
+        let line = vec![b'x'; 1 << 20];
+        d.push(b"data: ").unwrap();
+        let mut failed = false;
+        for _ in 0..5 {
+            failed |= d.push(&line).is_err();
+        }
+        assert!(failed);
+    }
 
     #[test]
     fn events_survive_any_chunking() {

@@ -77,6 +77,8 @@ impl Api {
 pub struct Call {
     pub key: String,
     pub body: Value,
+    /// The `x-purser-attempt` header: which ledger attempt (`request_id/seq`) sent it.
+    pub attempt: String,
 }
 
 #[derive(Default)]
@@ -296,7 +298,7 @@ async fn answer(
     v: Vendors,
     api: Api,
     provider: String,
-    key: String,
+    (key, attempt): (String, String),
     body: Value,
     model: String,
     stream: bool,
@@ -316,6 +318,7 @@ async fn answer(
         Call {
             key: key.clone(),
             body,
+            attempt,
         },
     );
     match script {
@@ -375,7 +378,8 @@ async fn openai(
     let key = header(&h, "authorization")
         .trim_start_matches("Bearer ")
         .to_string();
-    answer_named_in_body(v, Api::Openai, provider, key, body.0).await
+    let who = (key, header(&h, "x-purser-attempt"));
+    answer_named_in_body(v, Api::Openai, provider, who, body.0).await
 }
 
 async fn anthropic(
@@ -384,8 +388,8 @@ async fn anthropic(
     h: HeaderMap,
     body: axum::Json<Value>,
 ) -> Response {
-    let key = header(&h, "x-api-key");
-    answer_named_in_body(v, Api::Anthropic, provider, key, body.0).await
+    let who = (header(&h, "x-api-key"), header(&h, "x-purser-attempt"));
+    answer_named_in_body(v, Api::Anthropic, provider, who, body.0).await
 }
 
 /// OpenAI and Anthropic name the model and ask for a stream in the body.
@@ -393,12 +397,12 @@ async fn answer_named_in_body(
     v: Vendors,
     api: Api,
     provider: String,
-    key: String,
+    who: (String, String),
     body: Value,
 ) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_string();
     let stream = body["stream"].as_bool().unwrap_or(false);
-    answer(v, api, provider, key, body, model, stream).await
+    answer(v, api, provider, who, body, model, stream).await
 }
 
 /// Gemini names the model and the method in the path: `{model}:generateContent`.
@@ -408,7 +412,7 @@ async fn gemini(
     h: HeaderMap,
     body: axum::Json<Value>,
 ) -> Response {
-    let key = header(&h, "x-goog-api-key");
+    let who = (header(&h, "x-goog-api-key"), header(&h, "x-purser-attempt"));
     let (model, method) = call.split_once(':').unwrap_or((&call, ""));
     let stream = match method {
         "streamGenerateContent" => true,
@@ -426,7 +430,7 @@ async fn gemini(
         v,
         Api::Gemini,
         provider,
-        key,
+        who,
         body.0,
         model.to_string(),
         stream,
