@@ -41,7 +41,10 @@ pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
 
 /// Worst-case cost of one call to `d` with these bounds.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    d.cost(b.input, b.total_output())
+    // Any input token may be billed in any input-side class (a cache write can cost
+    // more than plain input), so the input bound is priced at the dearest of them.
+    // Reasoning tokens are output tokens, already inside the output bound.
+    d.input_rate_ceiling().cost_of(b.input) + d.output_per_mtok.cost_of(b.total_output())
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -103,6 +106,60 @@ pub enum Refusal {
     },
 }
 
+/// How a worst case is reached, for people: `2096 in × 0.15/M + 1024 out × 0.60/M =
+/// 0.0009288`, amounts in the currency's minor units. One wording for `explain` and
+/// for the refusal a client reads.
+pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
+    // With `n` choices each may reach the output cap: say so, so the sum adds up.
+    let out = if b.choices > 1 {
+        format!("{} × {}", b.choices, b.output)
+    } else {
+        b.output.to_string()
+    };
+    format!(
+        "{} in × {}/M + {out} out × {}/M = {}",
+        b.input,
+        // The dearest input-side rate: the one the worst case is proved with.
+        d.input_rate_ceiling().for_people(currency),
+        d.output_per_mtok.for_people(currency),
+        worst_case(d, b).for_people(currency)
+    )
+}
+
+/// The message a client reads when no candidate fits the ceiling: the ceiling and each
+/// candidate's arithmetic (or its window), so the refusal explains itself.
+pub fn does_not_fit_message(
+    ceiling: Money,
+    currency: &str,
+    bounds: TokenBounds,
+    considered: &[Considered],
+) -> String {
+    let detail: Vec<String> = considered
+        .iter()
+        .map(|c| match &c.verdict {
+            Verdict::ContextTooSmall { needed, window } => format!(
+                "{}: needs {needed} tokens, window {window}",
+                c.destination.label()
+            ),
+            Verdict::Chosen
+            | Verdict::NotNeeded
+            | Verdict::OverCeiling { .. }
+            | Verdict::CircuitOpen => {
+                format!(
+                    "{}: {}",
+                    c.destination.label(),
+                    arithmetic(&c.destination, bounds, currency)
+                )
+            }
+        })
+        .collect();
+    format!(
+        "worst case exceeds the ceiling of {} {currency} per request ({}); lower max_tokens or shorten the input",
+        ceiling.for_people(currency),
+        detail.join("; ")
+    )
+}
+
 /// Candidates in selection order: pool first (plan order), then accounts cheapest-first
 /// for this request's bounds (ties by provider id, so the order is stable).
 pub fn ordered(route: &Route, bounds: TokenBounds) -> Vec<(Destination, Money)> {
@@ -146,7 +203,7 @@ pub fn clamp_output(
     ceiling: Money,
     requested: u64,
 ) -> Option<u64> {
-    let input_cost = d.input_per_mtok.cost_of(input);
+    let input_cost = d.input_rate_ceiling().cost_of(input);
     if input_cost > ceiling || input >= d.context_window {
         return None;
     }
@@ -285,6 +342,8 @@ mod tests {
             context_window: window,
             input_per_mtok: PricePerMTok::new(pin.parse().unwrap()),
             output_per_mtok: PricePerMTok::new(pout.parse().unwrap()),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         }
     }
 
@@ -372,6 +431,38 @@ mod tests {
         assert_eq!(s.bounds.output, 49_900);
         assert_eq!(s.clamped_from, Some(100_000));
         assert!(s.worst_case <= "0.5".parse().unwrap());
+    }
+
+    #[test]
+    fn the_refusal_shows_money_in_minor_units() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![
+                dest("a", Tier::Account, "1", "10", 1_000_000),
+                dest("small", Tier::Account, "1", "1", 10),
+            ],
+            alternate: None,
+        };
+        let b = TokenBounds {
+            input: 1_000,
+            output: 100_000,
+            choices: 1,
+        };
+        let Err(Refusal::DoesNotFit { considered, .. }) =
+            select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false)
+        else {
+            panic!("fits")
+        };
+        let m = does_not_fit_message("0.5".parse().unwrap(), "USD", b, &considered);
+        assert_eq!(
+            m,
+            "worst case exceeds the ceiling of 0.50 USD per request (small/m: needs 101000 tokens, window 10; a/m: 1000 in × 1.00/M + 100000 out × 10.00/M = 1.001); lower max_tokens or shorten the input"
+        );
+        let two = TokenBounds { choices: 2, ..b };
+        assert_eq!(
+            arithmetic(&considered[1].destination, two, "USD"),
+            "1000 in × 1.00/M + 2 × 100000 out × 10.00/M = 2.001"
+        );
     }
 
     #[test]

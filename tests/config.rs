@@ -239,7 +239,7 @@ fn cli_exit_codes_and_outputs() {
         .stdout,
     )
     .unwrap();
-    assert!(ex.contains("openai-us/gpt-4o-mini: fits: 2096 in × 0.15/M + 1024 out × 0.6/M = 0.0009288 USD → chosen"), "{ex}");
+    assert!(ex.contains("openai-us/gpt-4o-mini: fits: 2096 in × 0.15/M + 1024 out × 0.60/M = 0.0009288 USD → chosen"), "{ex}");
     assert!(
         ex.contains(
             "reach the alternate: connect, rate_limited, overloaded, server_error, circuit_open"
@@ -261,4 +261,66 @@ fn cli_exit_codes_and_outputs() {
     )
     .unwrap();
     assert!(over.contains("ceiling_exceeded"), "{over}");
+}
+
+/// A key sent over plain HTTP to another machine can be read by anyone on the path:
+/// `check` warns (file:line:col, exit 0) and still compiles; https and loopback do not.
+#[test]
+fn a_key_over_plain_http_off_this_machine_is_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let valid = Path::new(CASES).join("valid");
+    for f in ["gateway.yaml", "policy.yaml", "providers.yaml"] {
+        std::fs::copy(valid.join(f), tmp.path().join(f)).unwrap();
+    }
+    let providers = tmp.path().join("providers.yaml");
+    let text = std::fs::read_to_string(&providers).unwrap();
+    std::fs::write(
+        &providers,
+        text.replace(
+            "base_url: https://api.openai.com/v1",
+            "base_url: http://api.openai.example:8080/v1",
+        )
+        .replace(
+            "base_url: https://api.anthropic.com/v1",
+            "base_url: http://127.0.0.1:9000/v1",
+        ),
+    )
+    .unwrap();
+
+    let plan = policy::compile_dir(tmp.path()).expect("a warning does not stop the compile");
+    let w: Vec<_> = plan
+        .warnings()
+        .iter()
+        .filter(|d| d.code == "cleartext-credential")
+        .collect();
+    assert_eq!(w.len(), 1, "only the non-loopback provider: {w:?}");
+    assert_eq!(w[0].severity, Severity::Warning);
+    assert!(w[0].at.file.ends_with("providers.yaml"), "{:?}", w[0].at);
+    assert_eq!((w[0].at.line, w[0].at.col), (4, 11));
+    assert!(w[0].message.contains("openai-us"), "{}", w[0].message);
+    assert!(
+        w[0].message.contains("api.openai.example"),
+        "{}",
+        w[0].message
+    );
+
+    let out = purser(&["check", tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("providers.yaml:4:11: warning[cleartext-credential]: provider `openai-us`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("help: use https://"), "{stderr}");
+
+    // The shipped example (an http:// pool without a key) and https stay quiet.
+    let quiet = policy::compile_dir(Path::new("policies")).unwrap();
+    assert!(
+        quiet
+            .warnings()
+            .iter()
+            .all(|d| d.code != "cleartext-credential"),
+        "{:?}",
+        quiet.warnings()
+    );
 }

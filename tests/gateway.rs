@@ -295,7 +295,7 @@ async fn over_the_ceiling_is_refused_before_any_call() {
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("90000 out × 0.6/M")
+            .contains("90000 out × 0.60/M")
     );
     assert_eq!(h.calls(), (0, 0));
     let row = h.row(&id_of(&headers, &v));

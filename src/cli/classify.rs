@@ -1,4 +1,5 @@
-//! `purser classify`: JSON Lines of upstream answers in, one verdict per line out.
+//! `purser classify`: JSON Lines of upstream answers in, one verdict per line out;
+//! with `--explain`, each verdict also names the signal that decided it.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -23,8 +24,30 @@ struct Line {
 
 /// The verdict for one answer, as printed.
 pub fn verdict(api: Api, status: u16, headers: &[(String, String)], body: &str) -> Value {
-    let outcome = failure::classify(api, status, headers, body);
-    match &outcome {
+    verdict_of(&failure::classify(api, status, headers, body))
+}
+
+/// The verdict with the signal that decided it (`--explain`): the same fields plus
+/// `signal` (where it was read, what it held, how deep in relayed errors).
+pub fn explained_verdict(api: Api, status: u16, headers: &[(String, String)], body: &str) -> Value {
+    let e = failure::explain(api, status, headers, body);
+    let mut v = verdict_of(&e.outcome);
+    if let Value::Object(m) = &mut v {
+        m.insert(
+            "signal".to_string(),
+            json!({
+                "source": e.signal.source,
+                "value": e.signal.value,
+                "depth": e.signal.depth,
+                "text": e.signal.to_string(),
+            }),
+        );
+    }
+    v
+}
+
+fn verdict_of(outcome: &Outcome) -> Value {
+    match outcome {
         Outcome::Success => json!({
             "class": "success",
             "billing": Billing::Billed.as_str(),
@@ -40,7 +63,7 @@ pub fn verdict(api: Api, status: u16, headers: &[(String, String)], body: &str) 
     }
 }
 
-pub fn classify(default_api: Option<Api>) -> ExitCode {
+pub fn classify(default_api: Option<Api>, explain: bool) -> ExitCode {
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     let mut bad = false;
@@ -83,7 +106,11 @@ pub fn classify(default_api: Option<Api>) -> ExitCode {
                         )
                     })
                     .collect();
-                verdict(api, l.status, &headers, &l.body)
+                if explain {
+                    explained_verdict(api, l.status, &headers, &l.body)
+                } else {
+                    verdict(api, l.status, &headers, &l.body)
+                }
             }
         };
         let _ = writeln!(out, "{v}");

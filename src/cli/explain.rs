@@ -7,18 +7,7 @@ use super::check::compile_or_report;
 use crate::decide::fails_over;
 use crate::failure::FailureClass;
 use crate::policy::plan::{Destination, Mode};
-use crate::selection::{self, Refusal, TokenBounds, Verdict};
-
-fn arithmetic(d: &Destination, b: TokenBounds) -> String {
-    format!(
-        "{} in × {}/M + {} out × {}/M = {}",
-        b.input,
-        d.input_per_mtok,
-        b.output,
-        d.output_per_mtok,
-        d.cost(b.input, b.output)
-    )
-}
+use crate::selection::{self, Refusal, TokenBounds, Verdict, arithmetic};
 
 pub fn explain(
     dir: &Path,
@@ -49,7 +38,7 @@ pub fn explain(
         "plan {}; policy {}: ceiling {} {cur} per request, mode {}",
         plan.id(),
         p.id,
-        p.ceiling.per_request,
+        p.ceiling.per_request.for_people(cur),
         p.ceiling.mode.as_str()
     );
     let Some(route) = p.routes.get(model) else {
@@ -137,8 +126,8 @@ pub fn explain(
                 s,
                 "3. primary: {} — worst case {} {cur} ≤ ceiling {} {cur}",
                 sel.primary.label(),
-                sel.worst_case,
-                p.ceiling.per_request
+                sel.worst_case.for_people(cur),
+                p.ceiling.per_request.for_people(cur)
             );
             match &sel.alternate {
                 None => {
@@ -152,7 +141,7 @@ pub fn explain(
                         s,
                         "4. alternate: {} — worst case {} {cur}, {}",
                         a.destination.label(),
-                        arithmetic(&a.destination, sel.bounds),
+                        selection::arithmetic(&a.destination, sel.bounds, cur),
                         if a.fits {
                             "fits the ceiling"
                         } else {
@@ -192,10 +181,10 @@ pub fn explain(
 
 fn verdict_text(v: &Verdict, d: &Destination, b: TokenBounds, cur: &str) -> String {
     match v {
-        Verdict::Chosen => format!("fits: {} {cur} → chosen", arithmetic(d, b)),
+        Verdict::Chosen => format!("fits: {} {cur} → chosen", arithmetic(d, b, cur)),
         Verdict::NotNeeded => format!(
             "fits: {} {cur} (not needed: an earlier candidate was chosen)",
-            arithmetic(d, b)
+            arithmetic(d, b, cur)
         ),
         Verdict::ContextTooSmall { needed, window } => {
             format!("does not fit: needs {needed} tokens, context window is {window}")
@@ -204,8 +193,10 @@ fn verdict_text(v: &Verdict, d: &Destination, b: TokenBounds, cur: &str) -> Stri
             worst_case,
             ceiling,
         } => format!(
-            "does not fit: {} {cur}; {worst_case} > ceiling {ceiling}",
-            arithmetic(d, b)
+            "does not fit: {} {cur}; {} > ceiling {}",
+            arithmetic(d, b, cur),
+            worst_case.for_people(cur),
+            ceiling.for_people(cur)
         ),
         Verdict::CircuitOpen => "circuit open: skipped".into(),
     }

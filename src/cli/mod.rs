@@ -97,6 +97,14 @@ pub enum Command {
         /// Request-handling threads (0: one per core but one; single-threaded on two cores).
         #[arg(long, default_value_t = 0)]
         workers: usize,
+        /// Chat requests handled at once; beyond it clients get 503 `overloaded` with
+        /// Retry-After.
+        #[arg(long, default_value_t = crate::http::DEFAULT_MAX_IN_FLIGHT)]
+        max_in_flight: usize,
+        /// Serve /metrics on this address only (not on --listen). PURSER_METRICS_TOKEN,
+        /// when set, puts /metrics behind `Authorization: Bearer <token>` wherever it is.
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run the whole mechanism offline against simulated providers and print what happened.
     Demo {
@@ -138,6 +146,9 @@ pub enum Command {
     Classify {
         #[arg(long, value_enum)]
         api: Option<ApiArg>,
+        /// Also print, per line, the signal that decided the class.
+        #[arg(long)]
+        explain: bool,
     },
 }
 
@@ -284,7 +295,7 @@ pub fn run(cli: Cli) -> ExitCode {
             cost,
             db,
         } => runtime(audit::settle(&db, &request_id, &cost)),
-        Command::Classify { api } => classify::classify(api.map(Into::into)),
+        Command::Classify { api, explain } => classify::classify(api.map(Into::into), explain),
         Command::Serve {
             config,
             db,
@@ -293,17 +304,21 @@ pub fn run(cli: Cli) -> ExitCode {
             log_format,
             shutdown_grace_s,
             workers,
+            max_in_flight,
+            metrics_listen,
         } => {
             init_logging(log_format);
             serve_runtime(
                 workers,
-                serve::serve(
-                    &config,
-                    &db,
-                    serve::ledger_options(&replica),
+                serve::serve(serve::Listen {
+                    config: &config,
+                    db: &db,
+                    ledger: serve::ledger_options(&replica),
                     listen,
-                    std::time::Duration::from_secs(shutdown_grace_s),
-                ),
+                    grace: std::time::Duration::from_secs(shutdown_grace_s),
+                    max_in_flight,
+                    metrics_listen,
+                }),
             )
         }
         Command::Demo { once, listen, db } => runtime(demo::demo(once, listen, db)),

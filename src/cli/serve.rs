@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::EXIT_INVALID;
+
+const EXIT_USAGE: u8 = 2;
 use super::check::compile_or_report;
 use crate::clock::SystemClock;
 use crate::gateway::Engine;
@@ -21,13 +23,33 @@ pub fn ledger_options(r: &super::ReplicaArgs) -> Options {
     }
 }
 
-pub async fn serve(
-    config: &Path,
-    db: &Target,
-    opts: Options,
-    listen: SocketAddr,
-    grace: Duration,
-) -> ExitCode {
+/// Where `purser serve` reads and listens, and its limits.
+pub struct Listen<'a> {
+    pub config: &'a Path,
+    pub db: &'a Target,
+    /// The ledger's options (replica id and lease on PostgreSQL).
+    pub ledger: Options,
+    pub listen: SocketAddr,
+    pub grace: Duration,
+    pub max_in_flight: usize,
+    /// `/metrics` on its own address instead of `listen`.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+pub async fn serve(args: Listen<'_>) -> ExitCode {
+    let Listen {
+        config,
+        db,
+        ledger: opts,
+        listen,
+        grace,
+        max_in_flight,
+        metrics_listen,
+    } = args;
+    if max_in_flight == 0 {
+        eprintln!("error: --max-in-flight must be at least 1 (0 would refuse every request)");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let Some(plan) = compile_or_report(config) else {
         return ExitCode::from(EXIT_INVALID);
     };
@@ -60,13 +82,40 @@ pub async fn serve(
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    tracing::info!(%listen, plan_id, db = %db, "purser serving");
+    tracing::info!(%listen, plan_id, db = %db, max_in_flight, "purser serving");
     let admin_token = std::env::var("PURSER_ADMIN_TOKEN")
         .ok()
         .and_then(|t| http::AdminToken::new(&t));
     if admin_token.is_none() {
         tracing::info!("audit and admin APIs are off: set PURSER_ADMIN_TOKEN to enable them");
     }
+    // Same constant-time bearer check as the admin token.
+    let metrics_token = std::env::var("PURSER_METRICS_TOKEN")
+        .ok()
+        .and_then(|t| http::AdminToken::new(&t));
+    let metrics = match (&metrics_listen, &metrics_token) {
+        (Some(_), _) => http::MetricsAccess::Elsewhere,
+        (None, Some(t)) => http::MetricsAccess::Token(t.clone()),
+        (None, None) => {
+            tracing::info!(
+                "/metrics (every policy's remaining budget) is open on the main listener: set PURSER_METRICS_TOKEN or --metrics-listen to restrict it"
+            );
+            http::MetricsAccess::Open
+        }
+    };
+    let metrics_server = match metrics_listen {
+        None => None,
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                tracing::info!(%addr, token = metrics_token.is_some(), "metrics on their own address");
+                Some((l, http::metrics_router(engine.clone(), metrics_token)))
+            }
+            Err(e) => {
+                eprintln!("error: cannot listen on {addr} for metrics: {e}");
+                return ExitCode::from(EXIT_INVALID);
+            }
+        },
+    };
     let reloader = Arc::new(Reloader::new(engine.clone(), config.to_path_buf()));
     tokio::spawn(reload_on_sighup(reloader.clone()));
     let requests = engine.clone();
@@ -75,6 +124,8 @@ pub async fn serve(
         http::Options {
             admin_token,
             reloader: Some(reloader),
+            max_in_flight,
+            metrics,
             ..http::Options::default()
         },
     );
@@ -90,6 +141,14 @@ pub async fn serve(
     let signalled = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    if let Some((l, app)) = metrics_server {
+        let stop = signalled(stopped.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     let server = axum::serve(listener, app).with_graceful_shutdown(signalled(stopped.clone()));
     // Requests run detached from their connections (a client that hung up does not
     // cut a billed call): once the server has closed them all, wait for those too.

@@ -1,15 +1,45 @@
 //! The classifier: reads a failure class off an upstream answer. Pure functions: no
 //! I/O, no clock, never a panic.
 //!
-//! Status first; the body decides only what the status leaves open — except an
-//! explicit content-policy marker, which wins over any status so that a 403 or a
-//! relay's 429 cannot launder a refusal into a failover.
+//! # The precedence rule (DESIGN 4)
+//!
+//! A 2xx is read as an answer (a block reason with no content is a refusal, an error
+//! object inside it is read as below with no status). Any other answer is read for
+//! *signals*: each vendor dialect in `dialects` is a table of (field, value) → class,
+//! matched against the vendor's structured fields (`error.code`, `error.type`,
+//! `error.status`, `details[].reason`, `metadata.reasons`, Azure `innererror`,
+//! Bedrock exception names) and its prose. An error relayed inside another error's
+//! message (one-api, OpenRouter, LiteLLM…) is opened, up to `MAX_DEPTH` envelopes,
+//! and only the innermost envelope that carries any signal is believed. Then, first
+//! match wins:
+//!
+//! 1. an explicit content-policy signal, at any depth, whatever the status — so a 403
+//!    or a relay's 429 cannot launder a refusal into a failover;
+//! 2. an explicit auth or account signal;
+//! 3. a quota, credit or rate-limit signal;
+//! 4. a context-length signal;
+//! 5. a model-not-found signal;
+//!
+//!    (within 2–5, a structured field outranks prose, then the order above);
+//! 6. the status family: 401/403 auth, 402 rate_limited, 408/504/524 timeout; 429,
+//!    503/529 and other 5xx are provider faults that a family signal ("overloaded",
+//!    a timeout code) may refine within the family; 400, 404, 413, 422 and unknown
+//!    4xx leave the class open;
+//! 7. for an open status, the family signal (structured before prose) — e.g. a 498
+//!    saying "capacity" is overloaded — else the family default: `malformed` for 4xx
+//!    (a 413 saying "too large" is `context_length`);
+//! 8. `unclassified` (1xx, 3xx, an unrecognised error inside a 2xx).
+//!
+//! Every verdict names the signal that decided it (`explain`), so `purser classify
+//! --explain` and the ledger can say why.
 
 use std::borrow::Cow;
 
 use serde_json::Value;
 
 use super::FailureClass;
+use super::dialects::{is_explicit, rank};
+use super::evidence::{self, Hit};
 use crate::policy::plan::Api;
 
 /// What the classifier concluded, and why (recorded in the ledger and shown in errors).
@@ -45,6 +75,63 @@ impl Outcome {
     }
 }
 
+/// The piece of evidence that decided a verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signal {
+    /// Where it was read: a field (`error.code`, `details[].reason`, `message`, …),
+    /// `status`, or an answer field (`finish_reason`, `promptFeedback.blockReason`).
+    pub source: Cow<'static, str>,
+    /// What it held: the vendor's value, the phrase that matched, or the status.
+    pub value: Cow<'static, str>,
+    /// How many relay envelopes were opened to reach it (0: the answer itself).
+    pub depth: u8,
+}
+
+impl Signal {
+    // Both sides are static on the success path, so a plain answer allocates nothing.
+    fn new(source: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Signal {
+        Signal {
+            source: source.into(),
+            value: value.into(),
+            depth: 0,
+        }
+    }
+
+    fn status(status: u16) -> Signal {
+        Signal::new("status", status.to_string())
+    }
+
+    fn of(hit: &Hit) -> Signal {
+        Signal {
+            source: format!("{} ({})", hit.field.name(), hit.dialect).into(),
+            value: hit.value.clone().into(),
+            depth: hit.depth,
+        }
+    }
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.depth > 0 {
+            write!(f, "relayed (depth {}) ", self.depth)?;
+        }
+        write!(f, "{}={}", self.source, self.value)
+    }
+}
+
+/// A verdict with the signal that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub outcome: Outcome,
+    pub signal: Signal,
+}
+
+impl Explained {
+    fn new(outcome: Outcome, signal: Signal) -> Explained {
+        Explained { outcome, signal }
+    }
+}
+
 /// A failure below HTTP: what the transport observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportFailure {
@@ -76,136 +163,160 @@ pub fn classify_transport(t: TransportFailure) -> (FailureClass, &'static str) {
     }
 }
 
-// ---------------------------------------------------------------- body reading
+// ---------------------------------------------------------------- error answers
 
-/// The error fields of a JSON error body, in whichever envelope the vendor used.
-#[derive(Default, Debug)]
-struct ErrorFields {
-    /// `error.type`, `error.code`, `error.status`, `code`, `type`, lower-cased.
-    tags: Vec<String>,
-    /// Every message text found, lower-cased.
-    text: String,
+/// What a status alone says (step 6 of the rule).
+#[derive(Debug, Clone, Copy)]
+enum Meaning {
+    /// The status names the class; only an explicit signal overrides it.
+    Fixed(FailureClass),
+    /// A provider fault; a family signal may refine it (a 429 saying overloaded).
+    Provider(FailureClass),
+    /// The status leaves the class open; family signals decide, else the default.
+    Open(FailureClass),
+    /// 413: too large is an over-long input, otherwise a malformed request.
+    TooLarge,
 }
 
-fn push_tag(out: &mut Vec<String>, v: Option<&Value>) {
-    match v {
-        Some(Value::String(s)) => out.push(s.to_ascii_lowercase()),
-        Some(Value::Number(n)) => out.push(n.to_string()),
-        _ => {}
+fn meaning(status: Option<u16>) -> Meaning {
+    use FailureClass as C;
+    match status {
+        None => Meaning::Open(C::Unclassified),
+        Some(401 | 403) => Meaning::Fixed(C::Auth),
+        Some(402) => Meaning::Fixed(C::RateLimited),
+        Some(408 | 504 | 524) => Meaning::Fixed(C::Timeout),
+        Some(413) => Meaning::TooLarge,
+        Some(429) => Meaning::Provider(C::RateLimited),
+        Some(503 | 529) => Meaning::Provider(C::Overloaded),
+        Some(500..=599) => Meaning::Provider(C::ServerError),
+        Some(400..=499) => Meaning::Open(C::Malformed),
+        Some(_) => Meaning::Open(C::Unclassified),
     }
 }
 
-fn error_fields(v: &Value) -> ErrorFields {
-    let mut f = ErrorFields::default();
-    // Gemini's OpenAI-compatible endpoint wraps the error in an array.
-    let v = if let Value::Array(items) = v {
-        items.first().unwrap_or(v)
-    } else {
-        v
+/// The best hit among those `keep` accepts: innermost first, structured before prose,
+/// then the precedence order of classes.
+fn best(hits: &[Hit], keep: impl Fn(&Hit) -> bool) -> Option<&Hit> {
+    hits.iter()
+        .filter(|h| keep(h))
+        .min_by_key(|h| (u8::MAX - h.depth, !h.field.is_structured(), rank(h.class)))
+}
+
+/// The class of an error answer (or of an error inside a 2xx when `status` is None).
+fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal) {
+    let at = |s: Option<u16>| match s {
+        Some(s) => format!("HTTP {s}"),
+        None => "an error inside a 2xx".to_string(),
     };
-    let err = v.get("error");
-    for obj in [Some(v), err].into_iter().flatten() {
-        for k in ["type", "code", "status"] {
-            push_tag(&mut f.tags, obj.get(k));
-        }
-        if let Some(inner) = obj.get("innererror") {
-            push_tag(&mut f.tags, inner.get("code"));
-        }
-        for k in ["message", "error"] {
-            if let Some(Value::String(s)) = obj.get(k) {
-                f.text.push_str(&s.to_lowercase());
-                f.text.push(' ');
+    // 1. A refusal at any depth: nothing may launder it into a failover.
+    if let Some(h) = best(hits, |h| h.class == FailureClass::ContentRefusal) {
+        return (h.class, Signal::of(h));
+    }
+    // Only the innermost envelope that says anything is believed.
+    let depth = hits.iter().map(|h| h.depth).max().unwrap_or(0);
+    let inner = |h: &Hit| h.depth == depth;
+    // 2–5. Explicit signals.
+    if let Some(h) = best(hits, |h| inner(h) && is_explicit(h.class)) {
+        return (h.class, Signal::of(h));
+    }
+    let family = |h: &Hit| inner(h) && !is_explicit(h.class);
+    // Within the provider family, "overloaded" (or a timeout code) names the fault
+    // more closely than a generic server_error / api_error tag, so it refines it: a
+    // body saying overloaded is overloaded (DESIGN 4). A prose "timed out" is too
+    // vague to turn a not-billed fault into a maybe-billed one.
+    let refines = |h: &Hit| {
+        family(h)
+            && (h.class == FailureClass::Overloaded
+                || (h.class == FailureClass::Timeout && h.field.is_structured()))
+    };
+    let status_signal = || match status {
+        Some(s) => Signal::status(s),
+        None => Signal::new("status", at(status)),
+    };
+    // 6–8. The status family, refined or opened by family signals.
+    match meaning(status) {
+        Meaning::Fixed(c) => (c, status_signal()),
+        Meaning::Provider(c) => match best(hits, refines) {
+            Some(h) => (h.class, Signal::of(h)),
+            None => (c, status_signal()),
+        },
+        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, family)) {
+            Some(h) => (h.class, Signal::of(h)),
+            None => (c, status_signal()),
+        },
+        Meaning::TooLarge => {
+            let lower = raw.to_lowercase();
+            match ["too large", "exceeds the maximum"]
+                .into_iter()
+                .find(|p| lower.contains(p))
+            {
+                Some(p) => (FailureClass::ContextLength, Signal::new("message", p)),
+                None => (FailureClass::Malformed, status_signal()),
             }
         }
     }
-    if let Some(Value::Array(errs)) = err.and_then(|e| e.get("errors")) {
-        for e in errs {
-            if let Some(Value::String(s)) = e.get("message") {
-                f.text.push_str(&s.to_lowercase());
-                f.text.push(' ');
-            }
-        }
-    }
-    f
 }
 
-impl ErrorFields {
-    fn tag(&self, t: &str) -> bool {
-        self.tags.iter().any(|x| x == t)
+/// Words for the ledger: what decided, in a sentence.
+fn reason_for(status: Option<u16>, class: FailureClass, signal: &Signal) -> String {
+    let at = match status {
+        Some(s) => format!("HTTP {s}"),
+        None => "an error event".to_string(),
+    };
+    if signal.source == "status" {
+        return format!("{at}: {}", class.as_str());
     }
-    fn says(&self, phrases: &[&str]) -> bool {
-        phrases.iter().any(|p| self.text.contains(p))
-    }
-    fn is_content_policy(&self) -> bool {
-        self.tag("content_policy_violation")
-            || self.tag("content_filter")
-            || self.tag("responsibleaipolicyviolation")
-            || self.says(&[
-                "content filtering policy",
-                "content management policy",
-                "violates usage guidelines",
-                "content_policy_violation",
-            ])
-    }
-    fn is_quota(&self) -> bool {
-        self.tag("insufficient_quota")
-            || self.tag("rate_limit_exceeded")
-            || self.tag("rate_limit_error")
-            || self.tag("resource_exhausted")
-            || self.says(&[
-                "credit balance is too low",
-                "exceeded your current quota",
-                "insufficient balance",
-                "requires more credits",
-                "billing",
-                "rate limit",
-                "tokens per min",
-            ])
-    }
-    fn is_overloaded(&self) -> bool {
-        self.tag("overloaded_error")
-            || self.says(&["overloaded", "high demand", "capacity", "system resource"])
-    }
-    fn is_context(&self) -> bool {
-        self.tag("context_length_exceeded")
-            || self.says(&[
-                "context length",
-                "context window",
-                "context limit",
-                "prompt is too long",
-                "input is too long",
-                "input token count",
-                "too many tokens",
-                "reduce the length of the messages",
-            ])
-    }
-    fn is_auth(&self) -> bool {
-        self.tag("authentication_error")
-            || self.tag("permission_error")
-            || self.tag("invalid_api_key")
-            || self.tag("permission_denied")
-            || self.tag("unauthenticated")
-            || self.says(&[
-                "api key not valid",
-                "invalid api key",
-                "incorrect api key",
-                "user location is not supported",
-                "unsupported_country",
-            ])
-    }
-    fn is_model_missing(&self) -> bool {
-        self.tag("model_not_found")
-            || self.tag("model_decommissioned")
-            || (self.text.contains("model")
-                && self.says(&[
-                    "does not exist",
-                    "not found",
-                    "decommissioned",
-                    "no longer supported",
-                ]))
-            || self.text.trim_start().starts_with("model:")
-    }
+    format!("{at} classed {} by {signal}", class.as_str())
 }
+
+fn classify_error(
+    status: Option<u16>,
+    headers: &[(String, String)],
+    json: Option<&Value>,
+    raw: &str,
+) -> Explained {
+    let mut hits = evidence::read(headers, json, raw);
+    // A Gemini block reason on a non-2xx (its candidates or its prompt feedback) is an
+    // explicit content-policy signal like any other.
+    if let Some((source, value)) = json.and_then(gemini_block) {
+        hits.push(Hit {
+            class: FailureClass::ContentRefusal,
+            dialect: "google",
+            field: super::dialects::Field::Block,
+            value: format!("{source}={value}"),
+            depth: 0,
+        });
+    }
+    let (class, signal) = decide(status, &hits, raw);
+    Explained::new(
+        Outcome::fail(class, reason_for(status, class, &signal)),
+        signal,
+    )
+}
+
+/// An error object that is not a whole answer: a stream's error event, or an error
+/// inside a 2xx. No status speaks for it.
+fn classify_error_value(v: &Value) -> Explained {
+    let hits = evidence::read_value(v);
+    // An error sent inside a 2xx (OpenRouter mid-stream, proxies) often carries the
+    // status it would have had as `error.code`: read it as that status.
+    let status = v
+        .pointer("/error/code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c));
+    let (class, signal) = decide(status, &hits, "");
+    let signal = match (status, signal.source.as_ref()) {
+        (Some(_), "status") => Signal::new("error.code", signal.value),
+        (Some(_) | None, _) => signal,
+    };
+    Explained::new(
+        Outcome::fail(class, reason_for(None, class, &signal)),
+        signal,
+    )
+}
+
+// ---------------------------------------------------------------- answers and streams
 
 const BLOCK_FINISH: [&str; 7] = [
     "SAFETY",
@@ -255,39 +366,57 @@ pub enum EventSignal {
 
 /// Classify one parsed stream event of `api`.
 pub fn classify_event(api: Api, name: Option<&str>, v: &Value) -> EventSignal {
+    event(api, name, v).0
+}
+
+/// `classify_event`, with the signal that decided a failure.
+fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal>) {
     let ty = v.get("type").and_then(Value::as_str);
     if name == Some("error")
         || ty == Some("error")
         || (v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
+        || is_aws_exception_event(v)
     {
-        return match classify_error_body(v) {
+        let e = classify_error_value(v);
+        let signal = match e.outcome {
             Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
             Outcome::Success => {
                 EventSignal::Failure(FailureClass::Unclassified, "error event".into())
             }
         };
+        return (signal, Some(e.signal));
     }
+    let refusal = |source: &'static str, value: &str, reason: String| {
+        (
+            EventSignal::Failure(FailureClass::ContentRefusal, reason.into()),
+            Some(Signal::new(source, value.to_string())),
+        )
+    };
     match api {
         Api::Anthropic => {
             let stop = v
                 .pointer("/delta/stop_reason")
                 .or_else(|| v.pointer("/message/stop_reason"));
             if stop.and_then(Value::as_str) == Some("refusal") {
-                return EventSignal::Failure(
-                    FailureClass::ContentRefusal,
+                return refusal(
+                    "stop_reason",
+                    "refusal",
                     "anthropic stop_reason: refusal".into(),
                 );
             }
             match v.pointer("/delta/text").and_then(Value::as_str) {
-                Some(t) if !t.is_empty() => EventSignal::Content,
-                _ if v.pointer("/delta/partial_json").is_some() => EventSignal::Content,
-                _ => EventSignal::Neutral,
+                Some(t) if !t.is_empty() => (EventSignal::Content, None),
+                _ if v.pointer("/delta/partial_json").is_some() => (EventSignal::Content, None),
+                _ => (EventSignal::Neutral, None),
             }
         }
         Api::Gemini => match gemini_block(v) {
-            Some(reason) => EventSignal::Failure(FailureClass::ContentRefusal, reason.into()),
-            None if gemini_has_content(v) => EventSignal::Content,
-            None => EventSignal::Neutral,
+            Some((source, value)) => {
+                let reason = format!("gemini {source}: {value}");
+                refusal(source, &value, reason)
+            }
+            None if gemini_has_content(v) => (EventSignal::Content, None),
+            None => (EventSignal::Neutral, None),
         },
         Api::Openai => {
             let choices = v.get("choices").and_then(Value::as_array);
@@ -299,25 +428,39 @@ pub fn classify_event(api: Api, name: Option<&str>, v: &Value) -> EventSignal {
                 }
                 match c.get("finish_reason").and_then(Value::as_str) {
                     Some("content_filter") if !content => {
-                        return EventSignal::Failure(
-                            FailureClass::ContentRefusal,
+                        return refusal(
+                            "finish_reason",
+                            "content_filter",
                             "finish_reason: content_filter with no content".into(),
                         );
                     }
                     Some("insufficient_system_resource") if !content => {
-                        return EventSignal::Failure(
-                            FailureClass::Overloaded,
-                            "finish_reason: insufficient_system_resource".into(),
+                        return (
+                            EventSignal::Failure(
+                                FailureClass::Overloaded,
+                                "finish_reason: insufficient_system_resource".into(),
+                            ),
+                            Some(Signal::new("finish_reason", "insufficient_system_resource")),
                         );
                     }
                     _ => {}
                 }
             }
             if content {
-                EventSignal::Content
+                (EventSignal::Content, None)
             } else {
-                EventSignal::Neutral
+                (EventSignal::Neutral, None)
             }
+        }
+    }
+}
+
+/// A Bedrock stream's exception event, decoded: `{"throttlingException": {…}}`.
+fn is_aws_exception_event(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.len() == 1 && m.keys().any(|k| k.ends_with("Exception")),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Array(_) => {
+            false
         }
     }
 }
@@ -338,12 +481,13 @@ fn has_openai_content(m: &Value) -> bool {
     text || tools || refusal
 }
 
-fn gemini_block(v: &Value) -> Option<String> {
+/// A Gemini block: which field said so, and its value.
+fn gemini_block(v: &Value) -> Option<(&'static str, String)> {
     if let Some(r) = v
         .pointer("/promptFeedback/blockReason")
         .and_then(Value::as_str)
     {
-        return Some(format!("gemini promptFeedback.blockReason: {r}"));
+        return Some(("promptFeedback.blockReason", r.to_string()));
     }
     for c in v
         .get("candidates")
@@ -354,7 +498,7 @@ fn gemini_block(v: &Value) -> Option<String> {
         if let Some(r) = c.get("finishReason").and_then(Value::as_str)
             && BLOCK_FINISH.contains(&r)
         {
-            return Some(format!("gemini finishReason: {r}"));
+            return Some(("finishReason", r.to_string()));
         }
     }
     None
@@ -372,62 +516,14 @@ fn gemini_has_content(v: &Value) -> bool {
         })
 }
 
-/// Classify a JSON error payload whose status says nothing (a stream's error event, an
-/// error object inside a 2xx).
-fn classify_error_body(v: &Value) -> Outcome {
-    let f = error_fields(v);
-    if f.is_content_policy() {
-        Outcome::fail(
-            FailureClass::ContentRefusal,
-            "explicit content-policy marker",
-        )
-    } else if f.is_context() {
-        Outcome::fail(
-            FailureClass::ContextLength,
-            "error says the input is too long",
-        )
-    } else if f.is_overloaded() {
-        Outcome::fail(
-            FailureClass::Overloaded,
-            "error says the provider is overloaded",
-        )
-    } else if f.is_quota() {
-        Outcome::fail(
-            FailureClass::RateLimited,
-            "error says a rate limit or quota is exhausted",
-        )
-    } else if f.tag("server_error")
-        || f.tag("api_error")
-        || f.tag("internal")
-        || f.tag("unavailable")
-    {
-        Outcome::fail(
-            FailureClass::ServerError,
-            "error event of type server_error",
-        )
-    } else if f.is_auth() {
-        Outcome::fail(
-            FailureClass::Auth,
-            "error says the credential is not accepted",
-        )
-    } else if f.is_model_missing() {
-        Outcome::fail(
-            FailureClass::ModelNotFound,
-            "error says the model does not exist",
-        )
-    } else if f.tag("invalid_request_error") || f.tag("invalid_argument") {
-        Outcome::fail(FailureClass::Malformed, "error says the request is invalid")
-    } else {
-        Outcome::fail(
-            FailureClass::Unclassified,
-            "an error event purser does not recognise",
-        )
-    }
-}
-
 /// Classify a complete upstream answer. `headers` are (name, value) pairs.
 pub fn classify(api: Api, status: u16, headers: &[(String, String)], body: &str) -> Outcome {
     classify_answer(api, status, headers, body).0
+}
+
+/// `classify`, with the signal that decided it (`purser classify --explain`).
+pub fn explain(api: Api, status: u16, headers: &[(String, String)], body: &str) -> Explained {
+    explained_answer(api, status, headers, body).0
 }
 
 /// `classify`, also handing back the body parsed as JSON (when it is JSON, not a
@@ -438,226 +534,189 @@ pub fn classify_answer(
     headers: &[(String, String)],
     body: &str,
 ) -> (Outcome, Option<Value>) {
-    let json: Option<Value> = if is_sse(headers, body) {
-        None
-    } else {
-        serde_json::from_str(body).ok()
-    };
-    let outcome = classify_parsed(api, status, headers, body, json.as_ref());
-    (outcome, json)
+    let (e, json) = explained_answer(api, status, headers, body);
+    (e.outcome, json)
 }
 
-fn classify_parsed(
+fn explained_answer(
     api: Api,
     status: u16,
     headers: &[(String, String)],
     body: &str,
-    json: Option<&Value>,
-) -> Outcome {
+) -> (Explained, Option<Value>) {
     let sse = is_sse(headers, body);
-    let fields = json.map(error_fields).unwrap_or_default();
-    // An explicit content-policy marker wins over any status (DESIGN 4).
-    if fields.is_content_policy() {
-        return Outcome::fail(
-            FailureClass::ContentRefusal,
-            format!("HTTP {status} with an explicit content-policy marker"),
-        );
-    }
-    if let Some(v) = json
-        && let Some(r) = gemini_block(v)
-        && !(200..300).contains(&status)
-    {
-        return Outcome::fail(FailureClass::ContentRefusal, r);
-    }
-    let lower_text = || body.to_lowercase();
-    match status {
-        200..=299 if sse => classify_sse(api, body),
-        200..=299 => match json {
-            Some(v) => classify_success_json(api, v),
-            None => Outcome::fail(
-                FailureClass::Unclassified,
-                format!("HTTP {status} with a body that is not JSON"),
-            ),
-        },
-        400 => {
-            if fields.is_quota() {
-                Outcome::fail(
-                    FailureClass::RateLimited,
-                    "HTTP 400 saying the account's quota or credit is exhausted",
-                )
-            } else if fields.is_context() {
-                Outcome::fail(
-                    FailureClass::ContextLength,
-                    "HTTP 400 saying the input is too long",
-                )
-            } else if fields.is_auth() {
-                Outcome::fail(
-                    FailureClass::Auth,
-                    "HTTP 400 saying the credential or account may not use this API",
-                )
-            } else if fields.is_model_missing() {
-                Outcome::fail(
-                    FailureClass::ModelNotFound,
-                    "HTTP 400 saying the model does not exist",
-                )
-            } else {
-                Outcome::fail(
-                    FailureClass::Malformed,
-                    "HTTP 400: the upstream rejected the request",
-                )
+    let json: Option<Value> = if sse {
+        None
+    } else {
+        serde_json::from_str(body).ok()
+    };
+    let e = if (200..300).contains(&status) {
+        // The success path reads no error fields unless the answer carries an error.
+        if sse {
+            classify_sse(api, body)
+        } else {
+            match &json {
+                Some(v) => classify_success_json(api, v),
+                None => Explained::new(
+                    Outcome::fail(
+                        FailureClass::Unclassified,
+                        format!("HTTP {status} with a body that is not JSON"),
+                    ),
+                    Signal::new("body", "not JSON"),
+                ),
             }
         }
-        401 | 403 => Outcome::fail(
-            FailureClass::Auth,
-            format!("HTTP {status}: the credential was refused"),
-        ),
-        402 => Outcome::fail(
-            FailureClass::RateLimited,
-            "HTTP 402: the account's credit is exhausted",
-        ),
-        404 => {
-            if fields.is_model_missing()
-                || fields.tag("not_found_error") && fields.text.contains("model")
-            {
-                Outcome::fail(FailureClass::ModelNotFound, "HTTP 404 naming the model")
-            } else {
-                Outcome::fail(
-                    FailureClass::Malformed,
-                    "HTTP 404 on a path: the URL is wrong",
-                )
-            }
-        }
-        408 => Outcome::fail(FailureClass::Timeout, "HTTP 408: the upstream timed out"),
-        413 => {
-            if fields.is_quota() {
-                Outcome::fail(
-                    FailureClass::RateLimited,
-                    "HTTP 413 saying a per-minute token limit was hit",
-                )
-            } else if fields.is_context()
-                || fields.says(&["too large", "exceeds the maximum"])
-                || fields.tag("request_too_large")
-            {
-                Outcome::fail(
-                    FailureClass::ContextLength,
-                    "HTTP 413 saying the input is too large",
-                )
-            } else {
-                Outcome::fail(FailureClass::Malformed, "HTTP 413: payload too large")
-            }
-        }
-        422 => Outcome::fail(
-            FailureClass::Malformed,
-            "HTTP 422: the upstream rejected the request",
-        ),
-        429 => {
-            if fields.is_overloaded() && !fields.says(&["rate limit"]) {
-                Outcome::fail(
-                    FailureClass::Overloaded,
-                    "HTTP 429 saying the provider is overloaded",
-                )
-            } else {
-                Outcome::fail(FailureClass::RateLimited, "HTTP 429: rate limited")
-            }
-        }
-        503 | 529 => Outcome::fail(
-            FailureClass::Overloaded,
-            format!("HTTP {status}: overloaded"),
-        ),
-        504 | 524 => Outcome::fail(
-            FailureClass::Timeout,
-            format!("HTTP {status}: gateway timeout"),
-        ),
-        500..=599 => {
-            if fields.is_overloaded() || (json.is_none() && lower_text().contains("overloaded")) {
-                Outcome::fail(
-                    FailureClass::Overloaded,
-                    format!("HTTP {status} saying overloaded"),
-                )
-            } else {
-                Outcome::fail(
-                    FailureClass::ServerError,
-                    format!("HTTP {status}: server error"),
-                )
-            }
-        }
-        _ => Outcome::fail(
-            FailureClass::Unclassified,
-            format!("HTTP {status} is not an answer purser knows how to read"),
-        ),
-    }
+    } else {
+        classify_error(Some(status), headers, json.as_ref(), body)
+    };
+    (e, json)
 }
 
-fn classify_sse(api: Api, body: &str) -> Outcome {
+fn classify_sse(api: Api, body: &str) -> Explained {
     let mut seen = false;
     for (name, data) in sse_events(body) {
         if data == "[DONE]" {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
-            return Outcome::fail(
-                FailureClass::Unclassified,
-                "a stream event that is not JSON",
+            return Explained::new(
+                Outcome::fail(
+                    FailureClass::Unclassified,
+                    "a stream event that is not JSON",
+                ),
+                Signal::new("stream event", "not JSON"),
             );
         };
         seen = true;
-        match classify_event(api, name, &v) {
-            EventSignal::Failure(class, reason) => return Outcome::Failure { class, reason },
-            EventSignal::Content | EventSignal::Neutral => {}
+        match event(api, name, &v) {
+            (EventSignal::Failure(class, reason), signal) => {
+                return Explained::new(
+                    Outcome::Failure { class, reason },
+                    signal.unwrap_or_else(|| Signal::new("stream event", "error")),
+                );
+            }
+            (EventSignal::Content | EventSignal::Neutral, _) => {}
         }
     }
     if seen {
-        Outcome::Success
+        Explained::new(Outcome::Success, Signal::new("stream", "complete"))
     } else {
-        Outcome::fail(FailureClass::Unclassified, "an empty stream")
+        Explained::new(
+            Outcome::fail(FailureClass::Unclassified, "an empty stream"),
+            Signal::new("stream", "empty"),
+        )
     }
 }
 
-fn classify_success_json(api: Api, v: &Value) -> Outcome {
-    if v.get("error").is_some_and(|e| !e.is_null()) {
-        return classify_error_body(v);
+fn unclassified(reason: &'static str, what: &'static str) -> Explained {
+    Explained::new(
+        Outcome::fail(FailureClass::Unclassified, reason),
+        Signal::new("answer", what),
+    )
+}
+
+fn success(what: &'static str) -> Explained {
+    Explained::new(Outcome::Success, Signal::new("answer", what))
+}
+
+fn classify_success_json(api: Api, v: &Value) -> Explained {
+    if v.get("error").is_some_and(|e| !e.is_null() && e != "") || is_aws_exception_event(v) {
+        return classify_error_value(v);
     }
     match api {
         Api::Openai => {
+            // The Responses API (also Azure's, which adds a `content_filters` array
+            // that says `blocked: false` on every answer it let through).
+            if v.get("object").and_then(Value::as_str) == Some("response") {
+                return classify_response_object(v);
+            }
             let Some(choices) = v.get("choices").and_then(Value::as_array) else {
-                return Outcome::fail(FailureClass::Unclassified, "a 2xx without `choices`");
+                return unclassified("a 2xx without `choices`", "no choices");
             };
-            match classify_event(api, None, v) {
-                EventSignal::Failure(class, reason) => Outcome::Failure { class, reason },
-                EventSignal::Content | EventSignal::Neutral if !choices.is_empty() => {
-                    Outcome::Success
+            match event(api, None, v) {
+                (EventSignal::Failure(class, reason), signal) => Explained::new(
+                    Outcome::Failure { class, reason },
+                    signal.unwrap_or_else(|| Signal::new("answer", "failure")),
+                ),
+                (EventSignal::Content | EventSignal::Neutral, _) if !choices.is_empty() => {
+                    success("choices")
                 }
-                EventSignal::Content | EventSignal::Neutral => {
-                    Outcome::fail(FailureClass::Unclassified, "a 2xx with no choices")
+                (EventSignal::Content | EventSignal::Neutral, _) => {
+                    unclassified("a 2xx with no choices", "empty choices")
                 }
             }
         }
         Api::Anthropic => {
             if v.get("stop_reason").and_then(Value::as_str) == Some("refusal") {
-                return Outcome::fail(
-                    FailureClass::ContentRefusal,
-                    "anthropic stop_reason: refusal",
+                return Explained::new(
+                    Outcome::fail(
+                        FailureClass::ContentRefusal,
+                        "anthropic stop_reason: refusal",
+                    ),
+                    Signal::new("stop_reason", "refusal"),
                 );
             }
             if v.get("content").is_some_and(Value::is_array) {
-                Outcome::Success
+                success("content")
             } else {
-                Outcome::fail(FailureClass::Unclassified, "a 2xx without `content`")
+                unclassified("a 2xx without `content`", "no content")
             }
         }
         Api::Gemini => {
-            if let Some(r) = gemini_block(v) {
-                return Outcome::fail(FailureClass::ContentRefusal, r);
+            if let Some((source, value)) = gemini_block(v) {
+                let reason = format!("gemini {source}: {value}");
+                return Explained::new(
+                    Outcome::fail(FailureClass::ContentRefusal, reason),
+                    Signal::new(source, value),
+                );
             }
             if v.get("candidates")
                 .and_then(Value::as_array)
                 .is_some_and(|c| !c.is_empty())
             {
-                Outcome::Success
+                success("candidates")
             } else {
-                Outcome::fail(FailureClass::Unclassified, "a 2xx without candidates")
+                unclassified("a 2xx without candidates", "no candidates")
             }
         }
+    }
+}
+
+/// A Responses API object: blocked when a content filter says so or the answer stopped
+/// on one, a success when it completed with output.
+fn classify_response_object(v: &Value) -> Explained {
+    let blocked = v
+        .get("content_filters")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|f| f.get("blocked").and_then(Value::as_bool) == Some(true));
+    let stopped_on_filter = v
+        .pointer("/incomplete_details/reason")
+        .and_then(Value::as_str)
+        == Some("content_filter");
+    let has_output = v
+        .get("output")
+        .and_then(Value::as_array)
+        .is_some_and(|o| !o.is_empty());
+    if (blocked || stopped_on_filter) && !has_output {
+        let source = if blocked {
+            "content_filters[].blocked"
+        } else {
+            "incomplete_details.reason"
+        };
+        return Explained::new(
+            Outcome::fail(
+                FailureClass::ContentRefusal,
+                "a response blocked by a content filter, with no output",
+            ),
+            Signal::new(source, "content_filter"),
+        );
+    }
+    if has_output {
+        success("output")
+    } else {
+        unclassified("a response object with no output", "no output")
     }
 }
 
@@ -696,5 +755,92 @@ mod tests {
             classify(Api::Anthropic, 302, &[], "").class(),
             Some(FailureClass::Unclassified)
         );
+    }
+
+    #[test]
+    fn a_relayed_refusal_is_not_laundered_by_the_relays_429() {
+        let inner = r#"{"error":{"code":"content_filter","message":"filtered"}}"#;
+        let body = serde_json::json!({"error": {"message": format!("upstream error: {inner}"), "code": "rate_limit_exceeded"}})
+            .to_string();
+        let e = explain(Api::Openai, 429, &[], &body);
+        assert_eq!(e.outcome.class(), Some(FailureClass::ContentRefusal));
+        assert_eq!(e.signal.depth, 1);
+    }
+
+    #[test]
+    fn the_innermost_envelope_decides() {
+        // A relay's 500 quoting the vendor's 429 body.
+        let inner =
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited"}}"#;
+        let body = serde_json::json!({"error": {"message": format!("AnthropicException - {inner}"), "type": "api_error"}})
+            .to_string();
+        assert_eq!(
+            classify(Api::Openai, 500, &[], &body).class(),
+            Some(FailureClass::RateLimited)
+        );
+    }
+
+    #[test]
+    fn relay_recursion_is_bounded() {
+        // Each envelope doubles the escaping, so a handful of them is already deep.
+        let mut body = r#"{"error":{"message":"Rate limit exceeded"}}"#.to_string();
+        for _ in 0..6 {
+            body =
+                serde_json::json!({"error": {"message": format!("wrapped: {body}")}}).to_string();
+        }
+        // Too deep to open every envelope: the deepest one opened still quotes the
+        // vendor's words, and they decide.
+        let e = explain(Api::Openai, 502, &[], &body);
+        assert_eq!(e.signal.depth, evidence::MAX_DEPTH);
+        assert_eq!(e.outcome.class(), Some(FailureClass::RateLimited));
+    }
+
+    #[test]
+    fn unknown_statuses_are_read_by_family_and_signals() {
+        let capacity = r#"{"error":{"message":"Capacity exceeded, please try again later"}}"#;
+        assert_eq!(
+            classify(Api::Openai, 498, &[], capacity).class(),
+            Some(FailureClass::Overloaded)
+        );
+        assert_eq!(
+            classify(Api::Openai, 499, &[], "").class(),
+            Some(FailureClass::Malformed)
+        );
+        for s in [520, 521, 522, 523, 525, 526, 527] {
+            assert_eq!(
+                classify(Api::Openai, s, &[], "error code: 520").class(),
+                Some(FailureClass::ServerError),
+                "{s}"
+            );
+        }
+        assert_eq!(
+            classify(Api::Openai, 524, &[], "error code: 524").class(),
+            Some(FailureClass::Timeout)
+        );
+    }
+
+    #[test]
+    fn bedrock_exception_header_decides() {
+        let h = vec![(
+            "x-amzn-errortype".to_string(),
+            "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/".to_string(),
+        )];
+        let body = r#"{"message":"Too many tokens, please wait before trying again."}"#;
+        let e = explain(Api::Openai, 429, &h, body);
+        assert_eq!(e.outcome.class(), Some(FailureClass::RateLimited));
+        assert_eq!(e.signal.source, "aws exception (bedrock)");
+    }
+
+    #[test]
+    fn every_transport_failure_has_its_class() {
+        use TransportFailure as T;
+        for (t, c) in [
+            (T::Connect, FailureClass::Connect),
+            (T::ConnectTimeout, FailureClass::Connect),
+            (T::ResponseTimeout, FailureClass::Timeout),
+            (T::Dropped, FailureClass::Dropped),
+        ] {
+            assert_eq!(classify_transport(t).0, c);
+        }
     }
 }

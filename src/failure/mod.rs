@@ -5,6 +5,8 @@
 use serde::Serialize;
 
 mod classify;
+mod dialects;
+mod evidence;
 pub use classify::*;
 
 /// Why an attempt failed. Adding a class fails to compile until `fault`, `billing`,

@@ -148,7 +148,7 @@ impl Caller<'_> {
         let key = match self.credentials.get(provider) {
             Ok(k) => k,
             Err(e) => {
-                tracing::error!(provider = %provider.id, error = %e, "provider credential unavailable");
+                tracing::error!(provider = %provider.id, detail = %e.operator_detail(), "provider credential unavailable");
                 // No call was made, so a probe learned nothing: `probe` releases it.
                 return Observed::no_call(
                     FailureClass::Auth,

@@ -230,16 +230,20 @@ fn upstream_message(body: &str) -> String {
     from_json.unwrap_or_else(|| body.trim().to_string())
 }
 
+/// Why an engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Upstream(#[from] crate::upstream::UpstreamError),
+}
+
 impl Engine {
-    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Result<Engine, MetricsError> {
+    pub fn new(plan: Plan, ledger: Ledger, clock: Arc<dyn Clock>) -> Result<Engine, EngineError> {
         let breakers = Breakers::for_plan(&plan, clock.clone(), None);
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            // A vendor API does not redirect; following one would send the key and the
-            // prompt wherever `Location` points (and it cost 1% CPU per request).
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        // Never the default client on failure: it follows redirects (see http_client).
+        let http = crate::upstream::http_client()?;
         let metrics = Metrics::new()?;
         metrics.set_plan(plan.id());
         Ok(Engine {
@@ -345,8 +349,15 @@ impl Engine {
     /// Handle one chat completion on a task of its own: if the caller stops waiting
     /// (the client hung up), the request still runs to its end and is recorded, with
     /// `client_disconnected` as its error code.
-    pub async fn chat(self: &Arc<Self>, key: Option<&str>, body: Value) -> Result<Served, Failed> {
-        let watch = ClientWatch::default();
+    /// `hold` (the HTTP edge's concurrency permit) is kept until the request's end is
+    /// recorded, however long it outlives its connection.
+    pub async fn chat(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        body: Value,
+        hold: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<Served, Failed> {
+        let watch = ClientWatch::new(hold);
         let waiting = watch.guard();
         let engine = Arc::clone(self);
         let key = key.map(str::to_string);
@@ -588,33 +599,24 @@ impl Engine {
             output: parsed.max_tokens.unwrap_or(policy.max_output_tokens),
             choices: parsed.choices,
         };
-        selection::select(route, &policy.ceiling, bounds, |d| breakers.is_open(&d.provider)).map_err(|r| match r {
+        selection::select(route, &policy.ceiling, bounds, |d| {
+            breakers.is_open(&d.provider)
+        })
+        .map_err(|r| match r {
             Refusal::NoDestination => GatewayError::NoDestination {
                 model: parsed.model.clone(),
                 policy: policy.id.to_string(),
-                hint: plan.no_destination_hint().map(|h| format!(". {h}")).unwrap_or_default(),
+                hint: plan
+                    .no_destination_hint()
+                    .map(|h| format!(". {h}"))
+                    .unwrap_or_default(),
             },
             Refusal::DoesNotFit { considered, .. } => {
-                let detail: Vec<String> = considered
-                    .iter()
-                    .map(|c| match &c.verdict {
-                        selection::Verdict::ContextTooSmall { needed, window } => format!("{}: needs {needed} tokens, window {window}", c.destination.label()),
-                        _ => format!(
-                            "{}: {} in × {}/M + {} out × {}/M = {}",
-                            c.destination.label(),
-                            bounds.input,
-                            c.destination.input_per_mtok,
-                            bounds.output,
-                            c.destination.output_per_mtok,
-                            c.worst_case
-                        ),
-                    })
-                    .collect();
-                GatewayError::CeilingExceeded(format!(
-                    "worst case exceeds the ceiling of {} {} per request ({}); lower max_tokens or shorten the input",
+                GatewayError::CeilingExceeded(selection::does_not_fit_message(
                     policy.ceiling.per_request,
                     plan.currency(),
-                    detail.join("; ")
+                    bounds,
+                    &considered,
                 ))
             }
         })

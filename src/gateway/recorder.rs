@@ -80,7 +80,7 @@ impl Recorder {
 
     /// The client stopped reading the answer (a stream it hung up on).
     pub fn client_left(&self) {
-        self.client.0.store(true, Ordering::Relaxed);
+        self.client.gone.store(true, Ordering::Relaxed);
     }
 
     /// Billed cost of the attempts recorded so far.
@@ -172,13 +172,25 @@ impl Recorder {
     }
 }
 
-/// Whether the client is still waiting for this request's answer.
+/// Whether the client is still waiting for this request's answer; it also carries the
+/// request's concurrency permit, released when the last clone (the recorder's) drops.
 #[derive(Clone, Default)]
-pub struct ClientWatch(Arc<AtomicBool>);
+pub struct ClientWatch {
+    gone: Arc<AtomicBool>,
+    /// Held, never read: dropping the last clone releases the permit.
+    _hold: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+}
 
 impl ClientWatch {
+    pub fn new(hold: Option<tokio::sync::OwnedSemaphorePermit>) -> ClientWatch {
+        ClientWatch {
+            gone: Arc::default(),
+            _hold: hold.map(Arc::new),
+        }
+    }
+
     pub fn gone(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.gone.load(Ordering::Relaxed)
     }
 
     /// A guard the client's side holds: dropped before `answered`, the client left.
@@ -198,7 +210,7 @@ impl ClientGuard {
 impl Drop for ClientGuard {
     fn drop(&mut self) {
         if let Some(w) = &self.0 {
-            w.0.store(true, Ordering::Relaxed);
+            w.gone.store(true, Ordering::Relaxed);
         }
     }
 }

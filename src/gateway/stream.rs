@@ -219,7 +219,7 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
             message: upstream_message(text),
         }),
         failure::Outcome::Success => {
-            let (answer, _) = upstream::translate(api, dest, v);
+            let (answer, reported) = upstream::translate(api, dest, v);
             let delta = answer
                 .pointer("/choices/0/message")
                 .cloned()
@@ -230,6 +230,9 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
                 .unwrap_or(json!("stop"));
             let usage = answer.get("usage").cloned().unwrap_or(Value::Null);
             let mut t = ChunkTranslator::new(Api::Openai, dest);
+            // The usage as read from the vendor's answer: the OpenAI block below cannot
+            // carry cache writes or say that a figure was not reported.
+            t.set_usage(reported);
             for data in [
                 json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
                 json!({"choices": [], "usage": usage}),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,6 +22,29 @@ pub use audit::AdminToken;
 /// Default request body limit (10 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
+/// Default limit of chat requests in the gateway at once. Each may hold a body of up
+/// to `body_limit` and an upstream connection (the client keeps up to 256 idle ones
+/// per host), so 256 bounds request bodies in memory near 2.5 GiB; it is four times
+/// the benchmark's highest concurrency (c=64), so a healthy gateway with slow
+/// upstreams does not shed load.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+
+/// Seconds a client shed for overload is told to wait (`Retry-After`).
+const RETRY_AFTER_S: &str = "1";
+
+/// Where `/metrics` is served and who may read it. It shows every policy's remaining
+/// budget, which is not for every client of the gateway.
+#[derive(Clone, Default)]
+pub enum MetricsAccess {
+    /// On this listener, to anyone (the default, as Prometheus expects).
+    #[default]
+    Open,
+    /// On this listener, with `Authorization: Bearer <token>`.
+    Token(AdminToken),
+    /// Not on this listener: served on its own address by [`metrics_router`].
+    Elsewhere,
+}
+
 /// How the HTTP edge is set up around the engine.
 #[derive(Clone)]
 pub struct Options {
@@ -30,6 +53,9 @@ pub struct Options {
     pub admin_token: Option<AdminToken>,
     /// Where `POST /admin/v1/reload` recompiles from.
     pub reloader: Option<Arc<Reloader>>,
+    /// Chat requests handled at once; beyond it a client gets 503 `overloaded`.
+    pub max_in_flight: usize,
+    pub metrics: MetricsAccess,
 }
 
 impl Default for Options {
@@ -38,6 +64,8 @@ impl Default for Options {
             body_limit: DEFAULT_BODY_LIMIT,
             admin_token: None,
             reloader: None,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            metrics: MetricsAccess::Open,
         }
     }
 }
@@ -47,21 +75,33 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub admin: Option<AdminToken>,
     pub reloader: Option<Arc<Reloader>>,
+    /// One permit per chat request in the gateway.
+    pub in_flight: Arc<tokio::sync::Semaphore>,
+    pub metrics_token: Option<AdminToken>,
 }
 
 pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
+    let metrics_token = match &opts.metrics {
+        MetricsAccess::Token(t) => Some(t.clone()),
+        MetricsAccess::Open | MetricsAccess::Elsewhere => None,
+    };
     let state = AppState {
         engine,
         admin: opts.admin_token,
         reloader: opts.reloader,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(opts.max_in_flight)),
+        metrics_token,
     };
-    Router::new()
+    let r = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(metrics))
-        .route("/audit/v1/requests", get(audit::requests))
+        .route("/readyz", get(ready));
+    let r = match opts.metrics {
+        MetricsAccess::Open | MetricsAccess::Token(_) => r.route("/metrics", get(metrics)),
+        MetricsAccess::Elsewhere => r,
+    };
+    r.route("/audit/v1/requests", get(audit::requests))
         .route("/audit/v1/requests/{id}", get(audit::request))
         .route("/audit/v1/spend", get(audit::spend))
         .route("/audit/v1/attempts.csv", get(audit::attempts_csv))
@@ -69,6 +109,22 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         .route("/admin/v1/plan", get(admin::plan))
         .route("/admin/v1/reload", post(admin::reload))
         .layer(DefaultBodyLimit::max(opts.body_limit))
+        .with_state(state)
+}
+
+/// `/metrics` alone, for its own listen address (`--metrics-listen`), optionally
+/// behind a token as well.
+pub fn metrics_router(engine: Arc<Engine>, token: Option<AdminToken>) -> Router {
+    let state = AppState {
+        engine,
+        admin: None,
+        reloader: None,
+        // No chat route here: nothing takes a permit.
+        in_flight: Arc::new(tokio::sync::Semaphore::new(0)),
+        metrics_token: token,
+    };
+    Router::new()
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -103,7 +159,29 @@ async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
 
 /// Prometheus text. Budget gauges are read from the ledger at scrape time; when the
 /// ledger cannot be read they are left as last seen rather than failing the scrape.
-async fn metrics(State(AppState { engine, .. }): State<AppState>) -> Response {
+async fn metrics(
+    State(AppState {
+        engine,
+        metrics_token,
+        ..
+    }): State<AppState>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(token) = &metrics_token {
+        // Constant-time, as the admin token: a scrape must not leak the token's prefix.
+        if !bearer(&headers).is_some_and(|given| token.matches(given)) {
+            return envelope(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "authentication_error",
+                "/metrics needs `Authorization: Bearer <PURSER_METRICS_TOKEN>`",
+                None,
+                None,
+                &[],
+                None,
+            );
+        }
+    }
     let budgets = engine.current_budgets().await.unwrap_or_default();
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -123,12 +201,31 @@ async fn models(State(AppState { engine, .. }): State<AppState>, headers: Header
     }
 }
 
-async fn chat(
-    State(AppState { engine, .. }): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
-) -> Response {
-    let body = match body {
+async fn chat(State(state): State<AppState>, req: Request) -> Response {
+    let AppState {
+        engine, in_flight, ..
+    } = state;
+    // The key is checked from the headers before a byte of the body is read: a
+    // stranger's 10 MiB costs the gateway nothing but its headers.
+    let key = bearer(req.headers()).map(str::to_string);
+    let Some(who) = key
+        .as_deref()
+        .and_then(|k| engine.authenticate(&engine.plan(), k))
+    else {
+        // Counted and logged as the engine counts its own refusals.
+        engine.metrics.request("-", "unauthorized");
+        engine.metrics.refusal("unauthorized");
+        tracing::info!(code = "unauthorized", "not served");
+        return error_response(None, &GatewayError::Unauthorized);
+    };
+    // Taken before the body is read, so bodies in memory are bounded by the limit too.
+    let Ok(permit) = in_flight.try_acquire_owned() else {
+        engine.metrics.request(who.policy.as_str(), "overloaded");
+        engine.metrics.refusal("overloaded");
+        tracing::info!(policy = %who.policy, client = %who.client, code = "overloaded", "not served: at --max-in-flight");
+        return overloaded();
+    };
+    let body = match Bytes::from_request(req, &()).await {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return envelope(
@@ -144,10 +241,6 @@ async fn chat(
         }
         Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
     };
-    let key = bearer(&headers);
-    if key.is_none() {
-        return error_response(None, &GatewayError::Unauthorized);
-    }
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -157,7 +250,11 @@ async fn chat(
             );
         }
     };
-    match engine.chat(key, value).await {
+    // The raw bytes are not needed while the upstream call runs, which may take minutes.
+    drop(body);
+    // The permit goes with the request: it runs detached from this connection, and
+    // holds its place against the limit until its end is recorded.
+    match engine.chat(key.as_deref(), value, Some(permit)).await {
         Ok(served) => served_response(served),
         Err(Failed {
             request_id, error, ..
@@ -165,6 +262,24 @@ async fn chat(
     }
 }
 
+/// 503 for a request beyond `max_in_flight`: nothing was read, recorded or called.
+fn overloaded() -> Response {
+    let mut r = envelope(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        "server_error",
+        "the gateway is at its limit of requests in flight; retry after the time in Retry-After",
+        None,
+        None,
+        &[],
+        None,
+    );
+    r.headers_mut()
+        .insert("retry-after", HeaderValue::from_static(RETRY_AFTER_S));
+    r
+}
+
+/// The served answer.
 fn served_response(s: Served) -> Response {
     let streamed = matches!(s.reply, Reply::Stream(_));
     let mut resp = match s.reply {
@@ -225,6 +340,9 @@ pub fn status_of(e: &GatewayError) -> StatusCode {
 fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> StatusCode {
     use crate::failure::FailureClass as C;
     match class {
+        // No upstream answered: purser itself has no usable credential for the
+        // provider. The client's key is fine, so this is not a 401.
+        C::Auth if status.is_none() => StatusCode::BAD_GATEWAY,
         // Client-side classes keep the upstream's own status so SDKs raise the same error.
         C::Auth
         | C::ModelNotFound

@@ -51,7 +51,7 @@ pub enum LedgerError {
     #[error("the ledger writer has stopped")]
     WriterGone,
     #[error(
-        "{period} budget of policy `{policy}` exhausted: limit {limit}, spent {spent}, reserved {reserved}, remaining {remaining}, this request needs up to {needed}"
+        "{period} budget of policy `{policy}` exhausted: limit {}, spent {}, reserved {}, remaining {}, this request needs up to {}", .limit.for_people_default(), .spent.for_people_default(), .reserved.for_people_default(), .remaining.for_people_default(), .needed.for_people_default()
     )]
     BudgetExhausted {
         policy: String,

@@ -202,7 +202,17 @@ impl Compiler<'_> {
                     &m.output_per_mtok,
                     self.diags,
                 );
-                if let (Some(i), Some(o)) = (input, output) {
+                // Optional rates: absent means "not in the table", priced conservatively
+                // at charge time; a present but malformed one is an error like any price.
+                let mut optional = |field: &str, text: &Option<String>| match text {
+                    None => Ok(None),
+                    Some(t) => money(&doc, &format!("{base}/{field}"), t, self.diags)
+                        .map(|m| Some(PricePerMTok::new(m)))
+                        .ok_or(()),
+                };
+                let cached = optional("cached_input_per_mtok", &m.cached_input_per_mtok);
+                let write = optional("cache_write_per_mtok", &m.cache_write_per_mtok);
+                if let (Some(i), Some(o), Ok(cached), Ok(write)) = (input, output, cached, write) {
                     models.insert(
                         ModelName::new(name),
                         ProviderModel {
@@ -210,6 +220,8 @@ impl Compiler<'_> {
                             context_window: m.context_window,
                             input_per_mtok: PricePerMTok::new(i),
                             output_per_mtok: PricePerMTok::new(o),
+                            cached_input_per_mtok: cached,
+                            cache_write_per_mtok: write,
                         },
                     );
                 }
@@ -228,6 +240,21 @@ impl Compiler<'_> {
                 circuit: merge_circuit(default_circuit, p.circuit),
                 models,
             };
+            if provider.credential.is_some()
+                && let Some(host) = cleartext_remote_host(&provider.base_url)
+            {
+                self.diags.push(
+                    Diagnostic::warning(
+                        "cleartext-credential",
+                        doc.at("/base_url"),
+                        format!(
+                            "provider `{}` sends its key over plain http:// to `{host}`, which is not loopback: the key and every prompt cross the network in cleartext",
+                            provider.id
+                        ),
+                    )
+                    .with_help("use https://, or keep http:// for 127.0.0.1, [::1] or localhost"),
+                );
+            }
             out.insert(id, (doc, provider));
         }
         out
@@ -479,6 +506,30 @@ impl Compiler<'_> {
     }
 }
 
+/// The host of a plain `http://` URL that leaves this machine; `None` for https and
+/// for loopback (127.0.0.0/8, ::1, localhost), where nothing crosses a network.
+fn cleartext_remote_host(base_url: &str) -> Option<String> {
+    let scheme_len = "http://".len();
+    let scheme = base_url.get(..scheme_len)?;
+    if !scheme.eq_ignore_ascii_case("http://") {
+        return None;
+    }
+    let rest = &base_url[scheme_len..];
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // Credentials in the URL (`user:pass@host`) come before the last `@`.
+    let hostport = authority.rsplit('@').next().unwrap_or_default();
+    let host = match hostport.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => hostport.split(':').next().unwrap_or_default(),
+    };
+    let lower = host.to_ascii_lowercase();
+    let loopback = match lower.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => lower == "localhost" || lower.ends_with(".localhost"),
+    };
+    (!loopback).then(|| host.to_string())
+}
+
 fn destination(prov: &Provider, model: &str) -> Option<Destination> {
     let m = prov.models.get(model)?;
     Some(Destination {
@@ -491,6 +542,8 @@ fn destination(prov: &Provider, model: &str) -> Option<Destination> {
         context_window: m.context_window,
         input_per_mtok: m.input_per_mtok,
         output_per_mtok: m.output_per_mtok,
+        cached_input_per_mtok: m.cached_input_per_mtok,
+        cache_write_per_mtok: m.cache_write_per_mtok,
     })
 }
 
@@ -500,5 +553,32 @@ fn merge_circuit(base: CircuitConfig, over: Option<RawCircuit>) -> CircuitConfig
         failures: o.failures.unwrap_or(base.failures),
         window_s: o.window_s.unwrap_or(base.window_s),
         cooldown_s: o.cooldown_s.unwrap_or(base.cooldown_s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_plain_http_off_this_machine_is_cleartext() {
+        use super::cleartext_remote_host as c;
+        assert_eq!(
+            c("http://api.example.com/v1").as_deref(),
+            Some("api.example.com")
+        );
+        assert_eq!(c("HTTP://10.0.0.5:8000/v1").as_deref(), Some("10.0.0.5"));
+        assert_eq!(
+            c("http://u:p@gw.internal:80/v1").as_deref(),
+            Some("gw.internal")
+        );
+        assert_eq!(
+            c("http://[2001:db8::1]:80/v1").as_deref(),
+            Some("2001:db8::1")
+        );
+        assert_eq!(c("http://127.0.0.1:9000/v1"), None);
+        assert_eq!(c("http://127.8.9.10/v1"), None);
+        assert_eq!(c("http://[::1]:8000/v1"), None);
+        assert_eq!(c("http://localhost:8000"), None);
+        assert_eq!(c("http://LOCALHOST/v1"), None);
+        assert_eq!(c("https://api.openai.com/v1"), None);
     }
 }

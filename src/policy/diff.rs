@@ -68,6 +68,9 @@ const NONE: &str = "(none)";
 
 struct Out<'a> {
     policy: &'a str,
+    /// Currencies of the old and new plan: amounts are shown in their minor units.
+    old_currency: &'a str,
+    new_currency: &'a str,
     changes: Vec<Change>,
 }
 
@@ -122,8 +125,17 @@ impl Out<'_> {
     /// A raised amount widens.
     fn amount(&mut self, model: Option<&str>, what: &str, old: Money, new: Money) {
         if old != new {
-            self.push(Tag::by(new > old), model, what, old, new);
+            let (before, after) = (self.shown_before(old), self.shown_after(new));
+            self.push(Tag::by(new > old), model, what, before, after);
         }
+    }
+
+    fn shown_before(&self, m: Money) -> String {
+        m.for_people(self.old_currency).to_string()
+    }
+
+    fn shown_after(&self, m: Money) -> String {
+        m.for_people(self.new_currency).to_string()
     }
 }
 
@@ -148,6 +160,8 @@ pub fn diff(old: &Plan, new: &Plan) -> PlanDiff {
     for name in names {
         let mut out = Out {
             policy: name,
+            old_currency: old.currency(),
+            new_currency: new.currency(),
             changes: vec![],
         };
         match (old.policy(name), new.policy(name)) {
@@ -186,7 +200,7 @@ pub fn diff(old: &Plan, new: &Plan) -> PlanDiff {
 fn summary(p: &Policy, currency: &str) -> String {
     format!(
         "{} {currency} per request ({}), models [{}], jurisdictions [{}], {} client(s)",
-        p.ceiling.per_request,
+        p.ceiling.per_request.for_people(currency),
         p.ceiling.mode.as_str(),
         p.routes
             .keys()
@@ -253,8 +267,14 @@ fn policy(out: &mut Out<'_>, old_plan: &Plan, a: &Policy, new_plan: &Plan, b: &P
         match (ba.get(period), bb.get(period)) {
             (Some(x), Some(y)) => out.amount(None, &what, *x, *y),
             // A cap removed is money no longer bounded.
-            (Some(x), None) => out.push(Tag::Widens, None, &what, x, NONE),
-            (None, Some(y)) => out.push(Tag::Narrows, None, &what, NONE, y),
+            (Some(x), None) => {
+                let x = out.shown_before(*x);
+                out.push(Tag::Widens, None, &what, x, NONE)
+            }
+            (None, Some(y)) => {
+                let y = out.shown_after(*y);
+                out.push(Tag::Narrows, None, &what, NONE, y)
+            }
             (None, None) => {}
         }
     }

@@ -45,6 +45,13 @@ pub struct ProviderModel {
     pub context_window: u64,
     pub input_per_mtok: PricePerMTok,
     pub output_per_mtok: PricePerMTok,
+    /// Input tokens read from the vendor's prompt cache; `None`: not in the price table.
+    /// Skipped when absent so plans written before these rates keep their `plan_id`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<PricePerMTok>,
+    /// Input tokens written to the vendor's prompt cache; `None`: not in the price table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<PricePerMTok>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,11 +92,82 @@ pub struct Destination {
     pub context_window: u64,
     pub input_per_mtok: PricePerMTok,
     pub output_per_mtok: PricePerMTok,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<PricePerMTok>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<PricePerMTok>,
+}
+
+/// A cache write without a rate in the price table is priced at this multiple of the
+/// input rate: Anthropic's dearest cache write (the 1-hour cache) costs 2× base input,
+/// the 5-minute one 1.25×, so 2× never under-charges a vendor purser speaks to.
+pub const CACHE_WRITE_FALLBACK_MULTIPLIER: u32 = 2;
+
+/// The rate one token class is priced at, and whether the price table named it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub per_mtok: PricePerMTok,
+    /// False: the table lacks this class and `per_mtok` is a conservative stand-in, so
+    /// a cost that used it is `estimated`.
+    pub listed: bool,
 }
 
 impl Destination {
     pub fn label(&self) -> String {
         format!("{}/{}", self.provider, self.model)
+    }
+
+    /// Cache reads: the listed rate, else the full input rate (every vendor discounts
+    /// cache reads, so the full rate never under-charges).
+    pub fn cached_input_rate(&self) -> Rate {
+        match self.cached_input_per_mtok {
+            Some(r) => Rate {
+                per_mtok: r,
+                listed: true,
+            },
+            None => Rate {
+                per_mtok: self.input_per_mtok,
+                listed: false,
+            },
+        }
+    }
+
+    /// Cache writes: the listed rate, else `CACHE_WRITE_FALLBACK_MULTIPLIER` × input.
+    pub fn cache_write_rate(&self) -> Rate {
+        match self.cache_write_per_mtok {
+            Some(r) => Rate {
+                per_mtok: r,
+                listed: true,
+            },
+            None => {
+                let input = self.input_per_mtok.per_million().decimal();
+                let fallback = input
+                    .checked_mul(CACHE_WRITE_FALLBACK_MULTIPLIER.into())
+                    .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new);
+                Rate {
+                    per_mtok: PricePerMTok::new(fallback),
+                    listed: false,
+                }
+            }
+        }
+    }
+
+    /// Whether a call to this destination can be billed for cache writes. Only
+    /// Anthropic's Messages API bills them per call; OpenAI writes its cache for free
+    /// and Gemini bills cache storage by the hour, outside any call. A listed rate
+    /// counts whatever the API, since someone priced it for a reason.
+    pub fn bills_cache_writes(&self) -> bool {
+        self.cache_write_per_mtok.is_some() || self.api == Api::Anthropic
+    }
+
+    /// The most one input token can cost here: the input bound of a worst case is
+    /// priced at this rate so the ceiling stays a proof whatever class a token lands in.
+    pub fn input_rate_ceiling(&self) -> PricePerMTok {
+        let mut top = self.input_per_mtok.max(self.cached_input_rate().per_mtok);
+        if self.bills_cache_writes() {
+            top = top.max(self.cache_write_rate().per_mtok);
+        }
+        top
     }
 
     /// Exact cost of a call with these token counts at this destination's prices.

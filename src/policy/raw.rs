@@ -82,6 +82,8 @@ pub struct RawModel {
     pub context_window: u64,
     pub input_per_mtok: String,
     pub output_per_mtok: String,
+    pub cached_input_per_mtok: Option<String>,
+    pub cache_write_per_mtok: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

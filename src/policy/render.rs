@@ -4,17 +4,25 @@ use std::fmt::Write;
 
 use super::plan::{Destination, Plan, Tier};
 
-fn dest_line(d: &Destination) -> String {
+fn dest_line(d: &Destination, currency: &str) -> String {
     let tier = match d.tier {
         Tier::Pool => "pool",
         Tier::Account => "account",
     };
+    // Cache rates only when listed, so plans without them render as before.
+    let mut cache = String::new();
+    if let Some(r) = d.cached_input_per_mtok {
+        let _ = write!(cache, " / cached in {r}");
+    }
+    if let Some(r) = d.cache_write_per_mtok {
+        let _ = write!(cache, " / cache write {r}");
+    }
     format!(
-        "{} ({}, {tier}, in {} / out {} per Mtok, window {})",
+        "{} ({}, {tier}, in {}{cache} / out {} per Mtok, window {})",
         d.label(),
         d.jurisdiction,
-        d.input_per_mtok,
-        d.output_per_mtok,
+        d.input_per_mtok.for_people(currency),
+        d.output_per_mtok.for_people(currency),
         d.context_window
     )
 }
@@ -27,7 +35,7 @@ pub fn text(plan: &Plan) -> String {
             s,
             "\npolicy {}: ceiling {} {} per request ({}), jurisdictions [{}], max_output_tokens {}",
             p.id,
-            p.ceiling.per_request,
+            p.ceiling.per_request.for_people(plan.currency()),
             plan.currency(),
             p.ceiling.mode.as_str(),
             p.jurisdictions
@@ -41,7 +49,7 @@ pub fn text(plan: &Plan) -> String {
             let _ = writeln!(
                 s,
                 "  budget: {} {} per {}",
-                b.limit,
+                b.limit.for_people(plan.currency()),
                 plan.currency(),
                 b.period.as_str()
             );
@@ -61,11 +69,11 @@ pub fn text(plan: &Plan) -> String {
                 let _ = writeln!(s, "    (no destination: refused)");
             }
             for (i, d) in r.pool.iter().chain(&r.accounts).enumerate() {
-                let _ = writeln!(s, "    {}. {}", i + 1, dest_line(d));
+                let _ = writeln!(s, "    {}. {}", i + 1, dest_line(d, plan.currency()));
             }
             match &r.alternate {
                 Some(a) => {
-                    let _ = writeln!(s, "    alternate: {}", dest_line(a));
+                    let _ = writeln!(s, "    alternate: {}", dest_line(a, plan.currency()));
                 }
                 None => {
                     let _ = writeln!(s, "    alternate: none (no failover)");
@@ -115,7 +123,7 @@ pub fn markdown(plan: &Plan) -> String {
                 s,
                 "| `{}` | `{model}` | {} | {} | {j} | {dests} | {alt} |",
                 p.id,
-                p.ceiling.per_request,
+                p.ceiling.per_request.for_people(plan.currency()),
                 p.ceiling.mode.as_str()
             );
         }

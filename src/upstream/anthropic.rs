@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Speaker, Usage, completion, stop_sequences, turns};
+use super::{ChatRequest, Prepared, Speaker, Usage, completion, count, stop_sequences, turns};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -81,7 +81,7 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         Some("tool_use") => "tool_calls",
         _ => "stop",
     };
-    let usage = Usage::at(body, "/usage/input_tokens", "/usage/output_tokens");
+    let usage = body.get("usage").map_or_else(Usage::default, usage);
     let mut message = json!({"role": "assistant", "content": text});
     if !tool_calls.is_empty() {
         message["tool_calls"] = Value::Array(tool_calls);
@@ -95,4 +95,23 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         completion(id, dest.model.as_str(), message, finish, usage),
         usage,
     )
+}
+
+/// An Anthropic `usage` object (a message's, or a stream's merged `message_start` and
+/// `message_delta` usage). `input_tokens` excludes the cache, so the reads and writes
+/// are added to make the input total.
+pub fn usage(u: &Value) -> Usage {
+    let read = count(u, "/cache_read_input_tokens");
+    let write = count(u, "/cache_creation_input_tokens");
+    Usage {
+        input: count(u, "/input_tokens").map(|n| {
+            n.saturating_add(read.unwrap_or(0))
+                .saturating_add(write.unwrap_or(0))
+        }),
+        cached_input: read,
+        cache_write: write,
+        output: count(u, "/output_tokens"),
+        // Extended thinking is inside output_tokens and not broken out.
+        reasoning: None,
+    }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ChatRequest, Prepared, Speaker, Usage, completion, stop_sequences, turns};
+use super::{ChatRequest, Prepared, Speaker, Usage, completion, count, stop_sequences, turns};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -74,6 +74,9 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
+        // A thought summary (`thought: true`) is not the answer; its tokens are billed
+        // through thoughtsTokenCount.
+        .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
     let finish = match cand
@@ -83,11 +86,9 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         Some("MAX_TOKENS") => "length",
         _ => "stop",
     };
-    let usage = Usage::at(
-        body,
-        "/usageMetadata/promptTokenCount",
-        "/usageMetadata/candidatesTokenCount",
-    );
+    let usage = body
+        .get("usageMetadata")
+        .map_or_else(Usage::default, |m| usage(m, true));
     let calls: Vec<Value> = cand
         .and_then(|c| c.pointer("/content/parts"))
         .and_then(Value::as_array)
@@ -115,4 +116,38 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         ),
         usage,
     )
+}
+
+/// A Gemini `usageMetadata` object. `complete`: it closes the answer (a whole answer,
+/// or a stream's chunk carrying the finish reason); a stream's earlier chunks carry
+/// running counts, so their output is not yet a figure to charge.
+///
+/// Gemini's JSON omits counts that are zero (proto3), so within a closing block an
+/// absent part (cached, tool-use, thoughts) is 0. The output total is also derived
+/// from `totalTokenCount`, which counts prompt, tool-use prompt, candidates and
+/// thoughts, and the larger reading is kept: an omitted `candidatesTokenCount` or
+/// `thoughtsTokenCount` cannot hide billed output.
+pub fn usage(m: &Value, complete: bool) -> Usage {
+    let prompt = count(m, "/promptTokenCount");
+    let tool_use = count(m, "/toolUsePromptTokenCount").unwrap_or(0);
+    let candidates = count(m, "/candidatesTokenCount");
+    let thoughts = count(m, "/thoughtsTokenCount");
+    let total = count(m, "/totalTokenCount");
+    let parts = candidates.map(|c| c.saturating_add(thoughts.unwrap_or(0)));
+    let derived = match (total, prompt) {
+        (Some(t), Some(p)) => Some(t.saturating_sub(p).saturating_sub(tool_use)),
+        _ => None,
+    };
+    let output = match (parts, derived) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    Usage {
+        input: prompt.map(|p| p.saturating_add(tool_use)),
+        cached_input: prompt.map(|_| count(m, "/cachedContentTokenCount").unwrap_or(0)),
+        // Gemini bills cache storage by the hour, never a write inside a call.
+        cache_write: prompt.map(|_| 0),
+        output: output.filter(|_| complete),
+        reasoning: thoughts.or(output.map(|_| 0)).filter(|_| complete),
+    }
 }

@@ -5,6 +5,8 @@ pub mod anthropic;
 pub mod gemini;
 pub mod openai;
 pub mod stream;
+#[cfg(test)]
+mod usage_tests;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,8 +20,43 @@ use crate::policy::plan::{Api, Credential, Destination, Provider};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    #[error("provider `{provider}`: credential unavailable: {detail}")]
+    /// The credential source yielded nothing. `Display` is what a client may read: it
+    /// names the provider only, because the variable's name or the file's path tells
+    /// an outsider where the operator keeps secrets. `operator_detail` has the rest.
+    #[error(
+        "provider `{provider}` has no usable credential; the operator has been told in the log"
+    )]
     Credential { provider: String, detail: String },
+    /// The HTTP client for upstream calls could not be built (TLS backend, system
+    /// configuration); no call is possible without it.
+    #[error("cannot build the HTTP client for upstream calls: {0}")]
+    Client(String),
+}
+
+impl UpstreamError {
+    /// What only the operator should read, for the log: which environment variable is
+    /// unset or which file cannot be read, and why.
+    pub fn operator_detail(&self) -> String {
+        match self {
+            UpstreamError::Credential { provider, detail } => {
+                format!("provider `{provider}`: credential unavailable: {detail}")
+            }
+            UpstreamError::Client(e) => e.clone(),
+        }
+    }
+}
+
+/// The client every upstream call goes through. It never follows a redirect: a
+/// vendor API does not redirect, and following one would send the key and the prompt
+/// wherever `Location` points (and the redirect policy cost 1% CPU per request). A
+/// build failure is an error, never a fallback to a default client, which follows
+/// redirects.
+pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| UpstreamError::Client(e.to_string()))
 }
 
 /// A request in purser's internal (OpenAI) shape, ready to translate.
@@ -51,21 +88,68 @@ pub enum Observation {
     Transport(TransportFailure, String),
 }
 
-/// Normalized usage.
+/// What the vendor reported for one call, by billed token class, in one shape for all
+/// three APIs: totals with the specially priced parts broken out of them.
+///
+/// `None` means the answer did not carry the figure, which is not the same as a
+/// reported 0: `pricing::charge` charges a missing total at its bound and prices a
+/// missing breakdown at the dearest rate it could hide. A class the vendor's API never
+/// bills is `Some(0)`, not `None`.
+///
+/// How each vendor's figures map:
+/// - OpenAI: `input` = `prompt_tokens` (cached included), `cached_input` =
+///   `prompt_tokens_details.cached_tokens`, `cache_write` = 0 (OpenAI does not bill
+///   cache writes), `output` = `completion_tokens` (reasoning included), `reasoning` =
+///   `completion_tokens_details.reasoning_tokens`.
+/// - Anthropic: `input_tokens` excludes the cache, so `input` = `input_tokens` +
+///   `cache_read_input_tokens` + `cache_creation_input_tokens`; `cached_input` = the
+///   reads, `cache_write` = the creations; `output` = `output_tokens` (extended
+///   thinking included, not broken out, so `reasoning` is `None`).
+/// - Gemini: `promptTokenCount` includes `cachedContentTokenCount` but not
+///   `toolUsePromptTokenCount`, and `candidatesTokenCount` excludes
+///   `thoughtsTokenCount`, which is billed as output: `input` = prompt + tool-use
+///   prompt, `cached_input` = cached content, `cache_write` = 0 (cache storage is billed
+///   by the hour, outside the call), `output` = candidates + thoughts, `reasoning` =
+///   thoughts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    /// Every input token billed, cache reads and writes included.
+    pub input: Option<u64>,
+    /// Of `input`, read from the vendor's prompt cache.
+    pub cached_input: Option<u64>,
+    /// Of `input`, written to the vendor's prompt cache.
+    pub cache_write: Option<u64>,
+    /// Every output token billed, reasoning included.
+    pub output: Option<u64>,
+    /// Of `output`, reasoning or thought tokens (same rate; shown to the client).
+    pub reasoning: Option<u64>,
+}
+
+/// A token count at this JSON pointer; `null`, absent or not a count is `None`.
+pub(crate) fn count(v: &Value, pointer: &str) -> Option<u64> {
+    v.pointer(pointer).and_then(Value::as_u64)
 }
 
 impl Usage {
-    /// Read the two counts at these JSON pointers (absent counts are zero).
-    pub fn at(body: &Value, prompt: &str, completion: &str) -> Usage {
-        let n = |p: &str| body.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-        Usage {
-            prompt_tokens: n(prompt),
-            completion_tokens: n(completion),
+    /// The client-facing usage block, in OpenAI's shape: `prompt_tokens` counts cached
+    /// input and `completion_tokens` reasoning, with the parts in the `_details` OpenAI
+    /// defines where the vendor reported them. A total the vendor did not report shows
+    /// as 0 (OpenAI clients expect numbers); the cost purser recorded covers it.
+    pub fn to_openai(&self) -> Value {
+        let prompt = self.input.unwrap_or(0);
+        let completion = self.output.unwrap_or(0);
+        let mut u = serde_json::json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt.saturating_add(completion),
+        });
+        if let Some(n) = self.cached_input {
+            u["prompt_tokens_details"] = serde_json::json!({"cached_tokens": n});
         }
+        if let Some(n) = self.reasoning {
+            u["completion_tokens_details"] = serde_json::json!({"reasoning_tokens": n});
+        }
+        u
     }
 }
 
@@ -300,7 +384,7 @@ pub fn completion(id: String, model: &str, message: Value, finish: &str, usage: 
         "created": time::OffsetDateTime::now_utc().unix_timestamp(),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens, "total_tokens": usage.prompt_tokens + usage.completion_tokens},
+        "usage": usage.to_openai(),
     })
 }
 
@@ -336,6 +420,8 @@ mod tests {
             context_window: 1000,
             input_per_mtok: PricePerMTok::new("1".parse().unwrap()),
             output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
         }
     }
 
@@ -371,7 +457,7 @@ mod tests {
             &dest(Api::Anthropic),
             json!({"id": "msg_1", "content": [{"type": "text", "text": "ok"}], "stop_reason": "max_tokens", "usage": {"input_tokens": 5, "output_tokens": 2}}),
         );
-        assert_eq!((u.prompt_tokens, u.completion_tokens), (5, 2));
+        assert_eq!((u.input, u.output), (Some(5), Some(2)));
         assert_eq!(v["choices"][0]["message"]["content"], "ok");
         assert_eq!(v["choices"][0]["finish_reason"], "length");
     }
@@ -395,8 +481,40 @@ mod tests {
             &dest(Api::Gemini),
             json!({"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}}),
         );
-        assert_eq!((u.prompt_tokens, u.completion_tokens), (3, 4));
+        assert_eq!((u.input, u.output), (Some(3), Some(4)));
         assert_eq!(v["choices"][0]["message"]["content"], "ab");
+    }
+
+    #[test]
+    fn a_missing_credential_tells_the_client_nothing_about_where_secrets_live() {
+        for (source, secret_place) in [
+            (
+                Credential::Env("PURSER_TEST_SURELY_UNSET_VAR".into()),
+                "PURSER_TEST_SURELY_UNSET_VAR",
+            ),
+            (
+                Credential::File("/run/secrets/purser-test-absent".into()),
+                "/run/secrets/purser-test-absent",
+            ),
+        ] {
+            let p = Provider {
+                id: ProviderId::new("openai-us"),
+                api: Api::Openai,
+                base_url: "https://api.openai.com/v1".into(),
+                jurisdiction: Jurisdiction::new("us"),
+                tier: Tier::Account,
+                credential: Some(source),
+                timeout_ms: 1000,
+                circuit: Default::default(),
+                models: Default::default(),
+            };
+            let e = Credentials::default().get(&p).unwrap_err();
+            let shown = e.to_string();
+            assert!(shown.contains("openai-us"), "{shown}");
+            assert!(!shown.contains(secret_place), "{shown}");
+            assert!(!shown.contains('/'), "{shown}");
+            assert!(e.operator_detail().contains(secret_place));
+        }
     }
 
     #[test]

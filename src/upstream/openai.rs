@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{ChatRequest, Prepared, Usage};
+use super::{ChatRequest, Prepared, Usage, count};
 use crate::policy::plan::Destination;
 
 pub fn prepare(
@@ -50,7 +50,21 @@ pub fn translate(body: Value) -> (Value, Usage) {
     (body, usage)
 }
 
-/// The usage block of an OpenAI chat.completion.
+/// The usage of an OpenAI chat.completion (its `usage` block).
 pub fn usage(body: &Value) -> Usage {
-    Usage::at(body, "/usage/prompt_tokens", "/usage/completion_tokens")
+    body.get("usage").map_or_else(Usage::default, usage_block)
+}
+
+/// An OpenAI `usage` object, as in a chat.completion or a stream's usage chunk.
+pub fn usage_block(u: &Value) -> Usage {
+    let input = count(u, "/prompt_tokens");
+    Usage {
+        input,
+        cached_input: count(u, "/prompt_tokens_details/cached_tokens"),
+        // OpenAI writes its prompt cache at no charge: a structural zero, so that a
+        // missing breakdown is never mistaken for unreported writes.
+        cache_write: input.map(|_| 0),
+        output: count(u, "/completion_tokens"),
+        reasoning: count(u, "/completion_tokens_details/reasoning_tokens"),
+    }
 }

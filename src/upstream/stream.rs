@@ -121,7 +121,19 @@ pub struct ChunkTranslator {
     id: String,
     model: String,
     created: i64,
+    /// OpenAI: the usage chunk's figures (`Usage::default()` until it arrives).
     usage: Usage,
+    /// Anthropic: `message_start`'s usage with each `message_delta`'s laid over it
+    /// (the delta's counts are cumulative and final; newer API versions repeat the
+    /// input counts there too).
+    anthropic_usage: serde_json::Map<String, Value>,
+    /// Anthropic: a `message_delta` brought the final output count.
+    anthropic_output_final: bool,
+    /// Gemini: the latest `usageMetadata`, and whether it came with or after the
+    /// finish reason (earlier ones are running counts).
+    gemini_usage: Option<(Value, bool)>,
+    /// Usage already read elsewhere (a complete answer replayed as a stream).
+    known_usage: Option<Usage>,
     finish: Option<String>,
     role_sent: bool,
     /// The upstream said it is done (`[DONE]`, `message_stop`).
@@ -136,14 +148,49 @@ impl ChunkTranslator {
             model: dest.model.to_string(),
             created: time::OffsetDateTime::now_utc().unix_timestamp(),
             usage: Usage::default(),
+            anthropic_usage: serde_json::Map::new(),
+            anthropic_output_final: false,
+            gemini_usage: None,
+            known_usage: None,
             finish: None,
             role_sent: false,
             ended: false,
         }
     }
 
+    /// What the vendor has reported so far, each figure only once it is final: a
+    /// stream cut before its closing usage leaves the output `None`, to be charged at
+    /// its bound, never at a running count.
     pub fn usage(&self) -> Usage {
-        self.usage
+        if let Some(u) = self.known_usage {
+            return u;
+        }
+        match self.api {
+            Api::Openai => self.usage,
+            Api::Anthropic => {
+                let mut u = Value::Object(self.anthropic_usage.clone());
+                if !self.anthropic_output_final {
+                    // message_start's output_tokens is a placeholder (1), not a count.
+                    if let Some(o) = u.as_object_mut() {
+                        o.remove("output_tokens");
+                    }
+                }
+                super::anthropic::usage(&u)
+            }
+            Api::Gemini => self
+                .gemini_usage
+                .as_ref()
+                .map_or_else(Usage::default, |(m, closing)| {
+                    super::gemini::usage(m, *closing)
+                }),
+        }
+    }
+
+    /// Take the usage of a complete answer replayed through this translator as
+    /// chunks: re-reading it from the translated OpenAI block would lose what that shape
+    /// cannot say (cache writes, a figure the vendor did not report).
+    pub fn set_usage(&mut self, usage: Usage) {
+        self.known_usage = Some(usage);
     }
 
     /// The answer is complete: an explicit end marker, or a finish reason seen.
@@ -183,7 +230,7 @@ impl ChunkTranslator {
 
     fn openai(&mut self, mut v: Value) -> Vec<Value> {
         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            self.usage = Usage::at(u, "/prompt_tokens", "/completion_tokens");
+            self.usage = super::openai::usage_block(u);
         }
         let choices = v.get("choices").and_then(Value::as_array);
         if choices.is_none_or(|c| c.is_empty()) {
@@ -209,10 +256,7 @@ impl ChunkTranslator {
         let ty = v.get("type").and_then(Value::as_str).or(name);
         match ty {
             Some("message_start") => {
-                self.usage.prompt_tokens = v
-                    .pointer("/message/usage/input_tokens")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+                self.merge_anthropic_usage(v.pointer("/message/usage"));
                 if let Some(id) = v.pointer("/message/id").and_then(Value::as_str) {
                     self.id = format!("chatcmpl-{id}");
                 }
@@ -243,8 +287,9 @@ impl ChunkTranslator {
                 vec![]
             }
             Some("message_delta") => {
-                if let Some(n) = v.pointer("/usage/output_tokens").and_then(Value::as_u64) {
-                    self.usage.completion_tokens = n;
+                self.merge_anthropic_usage(v.get("usage"));
+                if v.pointer("/usage/output_tokens").is_some_and(Value::is_u64) {
+                    self.anthropic_output_final = true;
                 }
                 let finish = match v.pointer("/delta/stop_reason").and_then(Value::as_str) {
                     Some("max_tokens") => "length",
@@ -262,20 +307,25 @@ impl ChunkTranslator {
         }
     }
 
-    fn gemini(&mut self, v: &Value) -> Vec<Value> {
-        if v.get("usageMetadata").is_some() {
-            self.usage = Usage::at(
-                v,
-                "/usageMetadata/promptTokenCount",
-                "/usageMetadata/candidatesTokenCount",
-            );
+    /// Lay a usage object's counts over those seen before; a `null` count (the API
+    /// sends them for classes it has nothing for) does not erase an earlier figure.
+    fn merge_anthropic_usage(&mut self, u: Option<&Value>) {
+        for (k, n) in u.and_then(Value::as_object).into_iter().flatten() {
+            if n.is_u64() {
+                self.anthropic_usage.insert(k.clone(), n.clone());
+            }
         }
+    }
+
+    fn gemini(&mut self, v: &Value) -> Vec<Value> {
         let mut out = Vec::new();
         let text: String = v
             .pointer("/candidates/0/content/parts")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            // Thought summaries are not the answer (see `gemini::translate`).
+            .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
             .filter_map(|p| p.get("text").and_then(Value::as_str))
             .collect();
         if !text.is_empty() {
@@ -295,17 +345,19 @@ impl ChunkTranslator {
             self.finish = Some(finish.to_string());
             out.push(self.chunk(json!({}), Some(finish)));
         }
+        if let Some(m) = v.get("usageMetadata") {
+            // Read after the finish reason: the chunk carrying it closes the counts.
+            self.gemini_usage = Some((m.clone(), self.finish.is_some()));
+        }
         out
     }
 
     /// The closing usage chunk (OpenAI's `stream_options.include_usage` shape), with
     /// the exact cost purser recorded.
     pub fn usage_chunk(&self, cost: &str) -> Value {
-        let u = self.usage;
         json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                "choices": [],
-               "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                         "total_tokens": u.prompt_tokens + u.completion_tokens},
+               "usage": self.usage().to_openai(),
                "purser_cost": cost})
     }
 }

@@ -62,6 +62,15 @@ pub async fn start_with(
     docs: impl FnOnce(&Vendors) -> Vec<String>,
     admin: Option<&str>,
 ) -> Gateway {
+    start_tuned(docs, admin, |_| {}).await
+}
+
+/// As `start_with`, with the HTTP options adjusted by `tune` (limits, metrics access).
+pub async fn start_tuned(
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+    admin: Option<&str>,
+    tune: impl FnOnce(&mut purser::http::Options),
+) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
@@ -75,17 +84,16 @@ pub async fn start_with(
     let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = purser::http::router(
-        engine.clone(),
-        purser::http::Options {
-            admin_token: admin.and_then(purser::http::AdminToken::new),
-            reloader: Some(Arc::new(purser::reload::Reloader::new(
-                engine.clone(),
-                config.clone(),
-            ))),
-            ..purser::http::Options::default()
-        },
-    );
+    let mut opts = purser::http::Options {
+        admin_token: admin.and_then(purser::http::AdminToken::new),
+        reloader: Some(Arc::new(purser::reload::Reloader::new(
+            engine.clone(),
+            config.clone(),
+        ))),
+        ..purser::http::Options::default()
+    };
+    tune(&mut opts);
+    let app = purser::http::router(engine.clone(), opts);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Gateway {
         vendors,

@@ -45,6 +45,9 @@ pub enum Script {
     StreamErrorAfter(usize, String),
     /// A normal stream with this many milliseconds between events.
     StreamSlow(u64),
+    /// A 200 from the named fixture: `{name}.json`, or `{name}.sse` when the call asks
+    /// for a stream (usage shapes: cached, cache writes, thoughts, none at all).
+    Fixture(&'static str),
     /// A normal stream written in one write: every event, `[DONE]` included, arrives
     /// in one read, as it often does on a real link under load.
     StreamBatched,
@@ -53,6 +56,11 @@ pub enum Script {
     StreamPieces(Vec<Vec<u8>>),
     /// The normal answer (plain or streamed) with every usage figure taken out.
     NoUsage,
+    /// A 302 to this URL (a vendor API never redirects; a client must not follow).
+    Redirect(String),
+    /// Wait for a permit from this gate (the test adds them), then answer normally:
+    /// holds calls at the vendor for as long as a test needs, measured by nothing.
+    Hold(Arc<tokio::sync::Semaphore>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -219,6 +227,16 @@ fn events(api: Api, provider: &str, model: &str) -> Vec<String> {
         .collect()
 }
 
+/// The events of the named fixture stream (`{name}.sse`).
+fn named_events(name: &str, provider: &str, model: &str) -> Vec<String> {
+    fixture(&format!("{name}.sse"), provider, model)
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect()
+}
+
 fn error_event(api: Api, body: &str) -> String {
     match api {
         Api::Anthropic => format!("event: error\ndata: {body}\n\n"),
@@ -343,6 +361,11 @@ async fn answer(
             sse(evs, None, 0)
         }
         Script::StreamSlow(ms) => sse(events(api, &provider, &model), None, ms),
+        Script::Fixture(name) if stream => sse(named_events(name, &provider, &model), None, 0),
+        Script::Fixture(name) => json(
+            StatusCode::OK,
+            fixture(&format!("{name}.json"), &provider, &model),
+        ),
         Script::StreamBatched => sse(vec![events(api, &provider, &model).concat()], None, 0),
         Script::StreamPieces(pieces) => pieces_response(pieces),
         Script::NoUsage if stream => {
@@ -358,6 +381,13 @@ async fn answer(
                     .unwrap();
             strip_usage(&mut v);
             json(StatusCode::OK, v.to_string())
+        }
+        Script::Redirect(to) => (StatusCode::FOUND, [("location", to)], "").into_response(),
+        Script::Hold(gate) => {
+            if let Ok(p) = gate.acquire().await {
+                p.forget();
+            }
+            normal(&provider, &model)
         }
     }
 }

@@ -1,0 +1,331 @@
+//! Usage as each vendor reports it, read from the vendors' own wire formats (the mock
+//! vendors' fixtures), in plain answers and in streams cut at every event.
+
+use serde_json::{Value, json};
+
+use super::stream::{ChunkTranslator, SseDecoder, SseEvent};
+use super::{Usage, translate};
+use crate::ids::{Jurisdiction, ModelName, ProviderId};
+use crate::money::PricePerMTok;
+use crate::policy::plan::{Api, Destination, Tier};
+
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!("../../tests/fixtures/vendors/", $name))
+    };
+}
+
+fn dest(api: Api) -> Destination {
+    Destination {
+        provider: ProviderId::new("p"),
+        model: ModelName::new("m"),
+        upstream_model: "up-m".into(),
+        api,
+        jurisdiction: Jurisdiction::new("us"),
+        tier: Tier::Account,
+        context_window: 1_000_000,
+        input_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+        output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+        cached_input_per_mtok: None,
+        cache_write_per_mtok: None,
+    }
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap()
+}
+
+fn usage(input: u64, cached: u64, write: u64, output: u64, reasoning: Option<u64>) -> Usage {
+    Usage {
+        input: Some(input),
+        cached_input: Some(cached),
+        cache_write: Some(write),
+        output: Some(output),
+        reasoning,
+    }
+}
+
+fn events(sse: &str) -> Vec<SseEvent> {
+    let mut d = SseDecoder::default();
+    let mut out = d.push(sse.as_bytes()).unwrap();
+    out.extend(d.finish());
+    out
+}
+
+/// The translator's usage after the first `n` events of a stream.
+fn after(api: Api, evs: &[SseEvent], n: usize) -> Usage {
+    let mut t = ChunkTranslator::new(api, &dest(api));
+    for e in &evs[..n] {
+        t.event(e);
+    }
+    t.usage()
+}
+
+/// The client-facing usage of a translated answer.
+fn client_usage(api: Api, body: &str) -> (Value, Usage) {
+    let (v, u) = translate(api, &dest(api), json_of(body));
+    (v["usage"].clone(), u)
+}
+
+#[test]
+fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
+    let (_, u) = client_usage(Api::Openai, fixture!("openai-usage-detail.json"));
+    assert_eq!(u, usage(2000, 1536, 0, 300, Some(256)));
+    let (_, u) = client_usage(Api::Openai, fixture!("openai.json"));
+    assert_eq!(u, usage(12, 0, 0, 8, Some(0)));
+}
+
+#[test]
+fn an_openai_compatible_answer_without_details_leaves_the_split_unreported() {
+    let u = super::openai::usage(&json!({"usage": {"prompt_tokens": 5, "completion_tokens": 2}}));
+    assert_eq!(
+        u,
+        Usage {
+            input: Some(5),
+            cached_input: None,
+            cache_write: Some(0),
+            output: Some(2),
+            reasoning: None,
+        }
+    );
+}
+
+#[test]
+fn missing_usage_is_not_zero_usage() {
+    for (api, body) in [
+        (Api::Openai, fixture!("openai-no-usage.json")),
+        (Api::Anthropic, fixture!("anthropic-no-usage.json")),
+        (Api::Gemini, fixture!("gemini-no-usage.json")),
+    ] {
+        let (client, u) = client_usage(api, body);
+        assert_eq!(u, Usage::default(), "{api:?}");
+        if api != Api::Openai {
+            // Shown as 0 (clients expect numbers), without details that would claim more.
+            assert_eq!(
+                client,
+                json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
+            );
+        }
+    }
+    // A count that is null or not a count is not reported either.
+    let u =
+        super::openai::usage(&json!({"usage": {"prompt_tokens": null, "completion_tokens": "8"}}));
+    assert_eq!((u.input, u.output), (None, None));
+}
+
+#[test]
+fn anthropic_cache_reads_and_writes_are_added_to_input_tokens() {
+    let (client, u) = client_usage(Api::Anthropic, fixture!("anthropic-cache.json"));
+    assert_eq!(u, usage(4012, 3000, 1000, 8, None));
+    assert_eq!(
+        client,
+        json!({"prompt_tokens": 4012, "completion_tokens": 8, "total_tokens": 4020,
+               "prompt_tokens_details": {"cached_tokens": 3000}})
+    );
+    let (_, u) = client_usage(Api::Anthropic, fixture!("anthropic.json"));
+    assert_eq!(u, usage(12, 0, 0, 8, None));
+}
+
+#[test]
+fn anthropic_without_cache_counts_leaves_them_unreported() {
+    let u = super::anthropic::usage(
+        &json!({"input_tokens": 7, "cache_read_input_tokens": null, "output_tokens": 3}),
+    );
+    assert_eq!(
+        u,
+        Usage {
+            input: Some(7),
+            cached_input: None,
+            cache_write: None,
+            output: Some(3),
+            reasoning: None,
+        }
+    );
+}
+
+#[test]
+fn gemini_thoughts_are_output_and_cached_content_is_part_of_the_prompt() {
+    let (client, u) = client_usage(Api::Gemini, fixture!("gemini-thoughts.json"));
+    assert_eq!(u, usage(1200, 1024, 0, 128, Some(120)));
+    assert_eq!(
+        client,
+        json!({"prompt_tokens": 1200, "completion_tokens": 128, "total_tokens": 1328,
+               "prompt_tokens_details": {"cached_tokens": 1024},
+               "completion_tokens_details": {"reasoning_tokens": 120}})
+    );
+    // The thought summary is not part of the answer.
+    let (v, _) = translate(
+        Api::Gemini,
+        &dest(Api::Gemini),
+        json_of(fixture!("gemini-thoughts.json")),
+    );
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Hello from {provider}."
+    );
+    let (_, u) = client_usage(Api::Gemini, fixture!("gemini.json"));
+    assert_eq!(u, usage(12, 0, 0, 8, Some(0)));
+}
+
+#[test]
+fn gemini_tool_use_prompt_is_input_and_the_total_catches_omitted_counts() {
+    let m = json!({"promptTokenCount": 100, "toolUsePromptTokenCount": 50, "candidatesTokenCount": 10, "totalTokenCount": 160});
+    assert_eq!(
+        super::gemini::usage(&m, true),
+        usage(150, 0, 0, 10, Some(0))
+    );
+    // proto3 JSON omits zero counts; the total still says how much output there was.
+    let m = json!({"promptTokenCount": 100, "totalTokenCount": 130});
+    assert_eq!(super::gemini::usage(&m, true).output, Some(30));
+    // The blocked answer: prompt only, no output.
+    let (_, u) = client_usage(Api::Gemini, fixture!("gemini-blocked.json"));
+    assert_eq!((u.input, u.output), (Some(12), Some(0)));
+    // Neither candidates nor total: the output is not reported.
+    let m = json!({"promptTokenCount": 100});
+    assert_eq!(super::gemini::usage(&m, true).output, None);
+}
+
+#[test]
+fn streams_report_the_same_usage_as_plain_answers() {
+    for (api, sse, want) in [
+        (
+            Api::Openai,
+            fixture!("openai.sse"),
+            // This fixture's usage chunk has no details: the split is unreported.
+            Usage {
+                cached_input: None,
+                ..usage(12, 0, 0, 8, None)
+            },
+        ),
+        (
+            Api::Openai,
+            fixture!("openai-usage-detail.sse"),
+            usage(2000, 1536, 0, 300, Some(256)),
+        ),
+        (
+            Api::Anthropic,
+            fixture!("anthropic.sse"),
+            usage(12, 0, 0, 8, None),
+        ),
+        (
+            Api::Anthropic,
+            fixture!("anthropic-cache.sse"),
+            usage(4012, 3000, 1000, 8, None),
+        ),
+        (
+            Api::Gemini,
+            fixture!("gemini.sse"),
+            usage(12, 0, 0, 8, Some(0)),
+        ),
+        (
+            Api::Gemini,
+            fixture!("gemini-thoughts.sse"),
+            usage(1200, 1024, 0, 128, Some(120)),
+        ),
+    ] {
+        let evs = events(sse);
+        assert_eq!(after(api, &evs, evs.len()), want, "{api:?}");
+    }
+}
+
+#[test]
+fn a_stream_cut_before_its_closing_usage_reports_no_output() {
+    for (api, sse) in [
+        (Api::Openai, fixture!("openai.sse")),
+        (Api::Openai, fixture!("openai-usage-detail.sse")),
+        (Api::Anthropic, fixture!("anthropic.sse")),
+        (Api::Anthropic, fixture!("anthropic-cache.sse")),
+        (Api::Gemini, fixture!("gemini.sse")),
+        (Api::Gemini, fixture!("gemini-thoughts.sse")),
+    ] {
+        let evs = events(sse);
+        // The event that closes the usage: OpenAI's usage chunk, Anthropic's
+        // message_delta, Gemini's chunk with the finish reason.
+        let closing = evs
+            .iter()
+            .position(|e| {
+                e.data.contains("\"usage\":{\"prompt")
+                    || e.data.contains("message_delta")
+                    || e.data.contains("finishReason")
+            })
+            .unwrap();
+        for n in 0..=closing {
+            let u = after(api, &evs, n);
+            assert_eq!(u.output, None, "{api:?} after {n} events: {u:?}");
+            assert_eq!(u.reasoning, None, "{api:?} after {n} events");
+        }
+        assert!(after(api, &evs, closing + 1).output.is_some(), "{api:?}");
+    }
+}
+
+#[test]
+fn anthropic_input_is_known_from_message_start() {
+    let evs = events(fixture!("anthropic-cache.sse"));
+    let u = after(Api::Anthropic, &evs, 1);
+    assert_eq!(
+        (u.input, u.cached_input, u.cache_write),
+        (Some(4012), Some(3000), Some(1000))
+    );
+}
+
+#[test]
+fn anthropic_message_delta_counts_are_cumulative_and_override() {
+    let start = SseEvent {
+        event: Some("message_start".into()),
+        data: json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 10, "output_tokens": 1}}}).to_string(),
+    };
+    let delta = SseEvent {
+        event: Some("message_delta".into()),
+        data: json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                     "usage": {"input_tokens": 10, "cache_read_input_tokens": 20, "cache_creation_input_tokens": null, "output_tokens": 5}}).to_string(),
+    };
+    let mut t = ChunkTranslator::new(Api::Anthropic, &dest(Api::Anthropic));
+    t.event(&start);
+    t.event(&delta);
+    let u = t.usage();
+    assert_eq!(
+        (u.input, u.cached_input, u.cache_write, u.output),
+        (Some(30), Some(20), None, Some(5))
+    );
+}
+
+#[test]
+fn the_closing_usage_chunk_reports_the_parts() {
+    let evs = events(fixture!("gemini-thoughts.sse"));
+    let mut t = ChunkTranslator::new(Api::Gemini, &dest(Api::Gemini));
+    let mut text = String::new();
+    for e in &evs {
+        for c in t.event(e) {
+            text.push_str(
+                c.pointer("/choices/0/delta/content")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+            );
+        }
+    }
+    assert_eq!(
+        text, "Hello from {provider}.",
+        "thought summaries are not streamed"
+    );
+    let chunk = t.usage_chunk("0.01");
+    assert_eq!(
+        chunk["usage"],
+        json!({"prompt_tokens": 1200, "completion_tokens": 128, "total_tokens": 1328,
+               "prompt_tokens_details": {"cached_tokens": 1024},
+               "completion_tokens_details": {"reasoning_tokens": 120}})
+    );
+    assert_eq!(chunk["purser_cost"], "0.01");
+}
+
+#[test]
+fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
+    let (_, u) = client_usage(Api::Anthropic, fixture!("anthropic-cache.json"));
+    let mut t = ChunkTranslator::new(Api::Openai, &dest(Api::Openai));
+    t.set_usage(u);
+    t.event(&SseEvent {
+        event: None,
+        data: json!({"choices": [], "usage": {"prompt_tokens": 4012, "completion_tokens": 8}})
+            .to_string(),
+    });
+    assert_eq!(t.usage(), usage(4012, 3000, 1000, 8, None));
+}
