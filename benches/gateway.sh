@@ -6,6 +6,8 @@
 # request and memory of each target. Compare purser with nginx-proxy as ratios.
 # A third target, proxy-floor (benches/gateway/proxy_floor.rs), is axum handing bodies
 # to reqwest and back with nothing else: what the stack costs before purser's own work.
+# With PURSER_BENCH_POSTGRES (or PURSER_TEST_POSTGRES) set to a PostgreSQL URL, a fourth
+# target, purser-pg, is purser with its ledger on that server, in the same run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HARNESS=${PURSER_BENCH_HARNESS:-../shared/bench}
@@ -21,6 +23,14 @@ done
 cargo build --release --locked --quiet --bin purser --example proxy-floor
 port=${PURSER_BENCH_PORT:-18100}
 floor_port=$((port + 1))
+pg_port=$((port + 2))
+pg_url=${PURSER_BENCH_POSTGRES:-${PURSER_TEST_POSTGRES:-}}
+pg=()
+if [[ -n "$pg_url" ]]; then
+  pg=(--extra purser-pg "http://127.0.0.1:$pg_port/v1/chat/completions"
+      --extra-header purser-pg 'Authorization: Bearer sk-purser-bench'
+      --extra-cmd purser-pg "PURSER_BENCH_PORT=$pg_port PURSER_BENCH_PG_URL='$pg_url' benches/gateway/serve.sh")
+fi
 exec "$HARNESS/run.sh" --skip litellm,portkey \
   --extra nginx-proxy http://127.0.0.1:18090/v1/chat/completions \
   --extra-cmd nginx-proxy "$HARNESS/examples/nginx-proxy.sh" \
@@ -29,4 +39,5 @@ exec "$HARNESS/run.sh" --skip litellm,portkey \
   --extra purser "http://127.0.0.1:$port/v1/chat/completions" \
   --extra-header purser 'Authorization: Bearer sk-purser-bench' \
   --extra-cmd purser "PURSER_BENCH_PORT=$port benches/gateway/serve.sh" \
+  "${pg[@]}" \
   "$@"

@@ -2,6 +2,9 @@
 //! (begin + complete each) in WAL with synchronous=NORMAL and FULL, and whole
 //! requests per second as the gateway writes them (admission with its first attempt
 //! and a daily budget reservation, then completion and settlement).
+//! With `PURSER_BENCH_POSTGRES` (or `PURSER_TEST_POSTGRES`) set to a PostgreSQL URL, the
+//! same scenarios run with the ledger on PostgreSQL too (one replica, a fresh schema
+//! per run), after the SQLite figures of the same run.
 //! Run: cargo bench --bench ledger
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
@@ -12,7 +15,7 @@ use std::time::Instant;
 use purser::failure::Billing;
 use purser::ledger::{
     AttemptResult, BudgetLimit, Ledger, NewAttempt, NewRequest, Options, Outcome, RequestResult,
-    Sync,
+    Sync, Target,
 };
 use purser::money::Money;
 use purser::policy::plan::{Mode, Period};
@@ -63,16 +66,50 @@ fn success(id: &str, seq: u32, now: time::OffsetDateTime, cost: Money) -> Attemp
     }
 }
 
-async fn run(sync: Sync, per_writer: u32) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
-    let (l, _) = Ledger::open(
-        &dir.path().join("bench.db"),
-        Options {
-            sync,
-            max_page_count: None,
-        },
-    )
-    .unwrap();
+/// Where a run's ledger lives: a new SQLite file, or a new schema on PostgreSQL.
+enum Engine {
+    Sqlite(Sync),
+    Postgres(String),
+}
+
+async fn open(engine: &Engine) -> (Ledger, Option<tempfile::TempDir>) {
+    match engine {
+        Engine::Sqlite(sync) => {
+            let dir = tempfile::tempdir().unwrap();
+            let opts = Options {
+                sync: *sync,
+                ..Options::default()
+            };
+            let (l, _) = Ledger::open(&dir.path().join("bench.db"), opts).unwrap();
+            (l, Some(dir))
+        }
+        Engine::Postgres(base) => {
+            let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let schema = format!(
+                "purser_bench_{}",
+                ulid::Ulid::generate().to_string().to_lowercase()
+            );
+            client
+                .batch_execute(&format!("CREATE SCHEMA {schema}"))
+                .await
+                .unwrap();
+            let sep = if base.contains('?') { '&' } else { '?' };
+            let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+            let opts = Options {
+                replica: Some("bench".into()),
+                ..Options::default()
+            };
+            let (l, _) = Ledger::open_at(&Target::Postgres(url), opts).await.unwrap();
+            (l, None)
+        }
+    }
+}
+
+async fn run(engine: &Engine, per_writer: u32) -> f64 {
+    let (l, _dir) = open(engine).await;
     let l = Arc::new(l);
     let cost: Money = "0.000123".parse().unwrap();
     for w in 0..WRITERS {
@@ -102,9 +139,8 @@ async fn run(sync: Sync, per_writer: u32) -> f64 {
 }
 
 /// Requests per second through the gateway's two commits per request.
-async fn requests(per_writer: u32) -> f64 {
-    let dir = tempfile::tempdir().unwrap();
-    let (l, _) = Ledger::open(&dir.path().join("bench.db"), Options::default()).unwrap();
+async fn requests(engine: &Engine, per_writer: u32) -> f64 {
+    let (l, _dir) = open(engine).await;
     let l = Arc::new(l);
     let cost: Money = "0.000123".parse().unwrap();
     let start = Instant::now();
@@ -148,7 +184,7 @@ fn report(what: &str, mut rates: Vec<f64>) {
     rates.sort_by(f64::total_cmp);
     let n = rates.len();
     println!(
-        "  {what:<24} median {:>7.0}/s  (min {:.0}, max {:.0}, {n} runs)",
+        "  {what:<36} median {:>7.0}/s  (min {:.0}, max {:.0}, {n} runs)",
         rates[n / 2],
         rates[0],
         rates[n - 1]
@@ -175,23 +211,41 @@ async fn main() {
     // This machine's disk and scheduler are noisy: report the median of several runs
     // with the range beside it.
     const RUNS: usize = 5;
-    for (name, sync) in [("NORMAL", Sync::Normal), ("FULL", Sync::Full)] {
-        let name = format!("attempts, {name}");
+    let pg = std::env::var("PURSER_BENCH_POSTGRES")
+        .or_else(|_| std::env::var("PURSER_TEST_POSTGRES"))
+        .ok();
+    let mut engines = vec![
+        ("SQLite NORMAL", Engine::Sqlite(Sync::Normal)),
+        ("SQLite FULL", Engine::Sqlite(Sync::Full)),
+    ];
+    match pg {
+        Some(url) => engines.push(("PostgreSQL", Engine::Postgres(url))),
+        None => println!("  (PostgreSQL skipped: set PURSER_BENCH_POSTGRES to a URL to compare)"),
+    }
+    for (label, engine) in &engines {
+        let name = format!("attempts, {label}");
         if !wanted(&name) {
             continue;
         }
         let mut rates = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
-            rates.push(run(sync, per_writer).await);
+            rates.push(run(engine, per_writer).await);
         }
         report(&name, rates);
     }
-    let name = "requests with a budget";
-    if wanted(name) {
+    for (label, engine) in &engines {
+        // FULL only changes the fsync per commit, measured above.
+        if matches!(engine, Engine::Sqlite(Sync::Full)) {
+            continue;
+        }
+        let name = format!("requests with a budget, {label}");
+        if !wanted(&name) {
+            continue;
+        }
         let mut rates = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
-            rates.push(requests(per_writer).await);
+            rates.push(requests(engine, per_writer).await);
         }
-        report(name, rates);
+        report(&name, rates);
     }
 }

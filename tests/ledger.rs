@@ -89,13 +89,10 @@ async fn migrates_from_empty_and_from_each_earlier_version() {
             .unwrap()
             .unwrap();
         assert_eq!(row.outcome, "served", "data survives the migration");
-        let page = ledger::audit::requests(
-            &l.reader().unwrap(),
-            &ledger::audit::Filter::default(),
-            10,
-            None,
-        )
-        .unwrap();
+        let page = l
+            .requests(ledger::audit::Filter::default(), 10, None)
+            .await
+            .unwrap();
         assert_eq!(
             page.requests
                 .iter()
@@ -557,7 +554,10 @@ async fn a_version_4_ledger_is_rebuilt_with_its_rows_and_order() {
 
     // A new request is numbered after the old ones: it pages first.
     l.admit(req("c", "0.1"), vec![]).await.unwrap();
-    let page = ledger::audit::requests(&conn, &ledger::audit::Filter::default(), 10, None).unwrap();
+    let page = l
+        .requests(ledger::audit::Filter::default(), 10, None)
+        .await
+        .unwrap();
     let ids: Vec<_> = page.requests.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(ids, ["c", "a", "b"], "commit order survives the rebuild");
 

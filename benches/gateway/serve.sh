@@ -8,5 +8,14 @@ work=$(mktemp -d /tmp/purser-bench.XXXXXX)
 mkdir -p "$work/policies"
 sed "s|\${UPSTREAM_BASE}|$UPSTREAM_BASE|" "$here/policy.yaml.template" > "$work/policies/bench.yaml"
 export RUST_LOG=${RUST_LOG:-warn}
-exec "$here/../../target/release/purser" serve --config "$work/policies" --db "$work/ledger.db" \
+db="$work/ledger.db"
+# PURSER_BENCH_PG_URL (set by gateway.sh for the purser-pg target): the ledger on
+# PostgreSQL instead, in a fresh schema of its own.
+if [[ -n "${PURSER_BENCH_PG_URL:-}" ]]; then
+  schema="purser_bench_$(basename "$work" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')"
+  psql -q "$PURSER_BENCH_PG_URL" -c "CREATE SCHEMA $schema" >/dev/null
+  sep='?'; [[ "$PURSER_BENCH_PG_URL" == *\?* ]] && sep='&'
+  db="${PURSER_BENCH_PG_URL}${sep}options=-c%20search_path%3D${schema}"
+fi
+exec "$here/../../target/release/purser" serve --config "$work/policies" --db "$db" \
   --listen "127.0.0.1:${PURSER_BENCH_PORT:-18100}" --log-format json

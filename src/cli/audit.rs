@@ -3,16 +3,14 @@
 //! both validate alike.
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use super::{AuditArgs, AuditFormat, AuditWhat, EXIT_INVALID};
 use crate::audit::{self, AuditError};
-use crate::ledger::audit as q;
-use crate::ledger::read;
+use crate::ledger::{Ledger, Target};
 
-pub fn audit(args: &AuditArgs) -> ExitCode {
-    match run(args) {
+pub async fn audit(args: &AuditArgs) -> ExitCode {
+    match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -38,19 +36,19 @@ fn pairs(args: &AuditArgs) -> Vec<(String, String)> {
     .collect()
 }
 
-fn open(db: &Path) -> Result<rusqlite::Connection, AuditError> {
-    if !db.exists() {
+async fn open(db: &Target) -> Result<Ledger, AuditError> {
+    if db.path().is_some_and(|p| !p.exists()) {
         return Err(AuditError::InvalidParam {
             name: "--db".into(),
-            value: db.display().to_string(),
-            expected: "an existing purser ledger file".into(),
+            value: db.to_string(),
+            expected: "an existing purser ledger file, or a postgres:// URL".into(),
         });
     }
-    Ok(read::open_reader(db)?)
+    Ok(Ledger::open_reader(db).await?)
 }
 
-fn run(args: &AuditArgs) -> Result<(), AuditError> {
-    let conn = open(&args.db)?;
+async fn run(args: &AuditArgs) -> Result<(), AuditError> {
+    let ledger = open(&args.db).await?;
     let mut pairs = pairs(args);
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -63,7 +61,9 @@ fn run(args: &AuditArgs) -> Result<(), AuditError> {
                 pairs.push(("cursor".into(), c.clone()));
             }
             let query = audit::requests_query(&pairs)?;
-            let page = q::requests(&conn, &query.filter, query.limit, query.cursor)?;
+            let page = ledger
+                .requests(query.filter, query.limit, query.cursor)
+                .await?;
             match args.format {
                 AuditFormat::Json => {
                     let v = serde_json::json!({"requests": page.requests, "next_cursor": page.next_cursor});
@@ -120,7 +120,7 @@ fn run(args: &AuditArgs) -> Result<(), AuditError> {
                 pairs.push(("group_by".into(), g.clone()));
             }
             let query = audit::spend_query(&pairs)?;
-            let rows = q::spend(&conn, &query.filter, query.group_by)?;
+            let rows = ledger.spend(query.filter.clone(), query.group_by).await?;
             match args.format {
                 AuditFormat::Json => {
                     let v = serde_json::json!({
@@ -166,7 +166,7 @@ fn run(args: &AuditArgs) -> Result<(), AuditError> {
                     "none (budgets lists every stored window)".into(),
                 ));
             }
-            let rows = q::stored_budgets(&conn)?;
+            let rows = ledger.stored_budgets().await?;
             match args.format {
                 AuditFormat::Json => {
                     writeln!(out, "{:#}", serde_json::json!({"budgets": rows}))?;
@@ -245,7 +245,7 @@ fn emit(
     }
 }
 
-pub fn settle(db: &Path, request_id: &str, cost: &str) -> ExitCode {
+pub async fn settle(db: &Target, request_id: &str, cost: &str) -> ExitCode {
     let cost: crate::money::Money = match cost.parse() {
         Ok(c) if !crate::money::Money::is_negative(c) => c,
         _ => {
@@ -253,7 +253,7 @@ pub fn settle(db: &Path, request_id: &str, cost: &str) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    match crate::ledger::settle_file(db, request_id, cost) {
+    match crate::ledger::settle_at(db, request_id, cost).await {
         Ok(()) => {
             println!(
                 "settled {request_id} at {cost}; its budget reservations now count {cost} plus any billed attempts"

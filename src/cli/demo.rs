@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::clock::SystemClock;
 use crate::gateway::Engine;
 use crate::http;
-use crate::ledger::{self, Ledger, Options};
+use crate::ledger::{Ledger, Options};
 use crate::policy;
 use crate::sim::{Script, Sim};
 
@@ -295,7 +295,6 @@ async fn run(
     eprintln!("purser demo: gateway on http://{addr}; sending one request per scenario");
 
     let client = reqwest::Client::new();
-    let reader = ledger.reader().map_err(|e| e.to_string())?;
     let mut rows = Vec::new();
     let all = scenarios();
     for (i, sc) in all.iter().enumerate() {
@@ -333,7 +332,11 @@ async fn run(
                 .and_then(Value::as_str)
                 .map(str::to_string)
         });
-        let row = match id.as_deref().map(|id| ledger::read::request(&reader, id)) {
+        let found = match id.as_deref() {
+            Some(id) => Some(ledger.request(id).await),
+            None => None,
+        };
+        let row = match found {
             Some(Ok(Some(r))) => Row {
                 scenario: sc.name.into(),
                 policy: format!("{} ({})", r.policy, r.mode),

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::ledger::Target;
+
 mod audit;
 mod check;
 pub mod classify;
@@ -86,8 +88,11 @@ pub enum Command {
     Serve {
         #[arg(long, default_value = "policies")]
         config: PathBuf,
-        #[arg(long, default_value = "purser.db")]
-        db: PathBuf,
+        /// The ledger: an SQLite file, or a postgres:// URL shared by several replicas.
+        #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+        db: Target,
+        #[command(flatten)]
+        replica: ReplicaArgs,
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
         #[arg(long, value_enum, default_value = "pretty")]
@@ -126,18 +131,24 @@ pub enum Command {
         /// What the vendor billed for the interrupted attempt, from its usage records (0 if nothing).
         #[arg(long)]
         cost: String,
-        #[arg(long, default_value = "purser.db")]
-        db: PathBuf,
+        #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+        db: Target,
     },
-    /// Copy the ledger consistently while the gateway runs (SQLite online backup).
+    /// Copy the ledger consistently while the gateway runs (SQLite online backup; for
+    /// PostgreSQL use pg_dump).
     Backup {
-        #[arg(long, default_value = "purser.db")]
-        db: PathBuf,
+        #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+        db: Target,
         /// The new file to write (never overwritten).
         dest: PathBuf,
     },
     /// Read the ledger as the audit API does: requests, spend or budgets.
     Audit(AuditArgs),
+    /// Apply the ledger's schema migrations and exit (`serve` applies them too).
+    Migrate {
+        #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+        db: Target,
+    },
     /// Classify upstream answers: JSON Lines {"api"?, "status", "headers", "body"} on stdin.
     Classify {
         #[arg(long, value_enum)]
@@ -148,12 +159,25 @@ pub enum Command {
     },
 }
 
+/// Who this replica is on a shared (PostgreSQL) ledger.
+#[derive(clap::Args, Debug)]
+pub struct ReplicaArgs {
+    /// This replica's id: its in-flight rows carry it, so it recovers them after a
+    /// restart. Stable across restarts, unique among live replicas (default: host name).
+    #[arg(long, env = "PURSER_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// How long this replica's lease lasts without renewal; a crashed replica's rows
+    /// are recovered by another once it expires.
+    #[arg(long, env = "PURSER_REPLICA_LEASE_MS", default_value_t = 15_000)]
+    pub replica_lease_ms: u64,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct AuditArgs {
     #[arg(value_enum)]
     pub what: AuditWhat,
-    #[arg(long, default_value = "purser.db")]
-    pub db: PathBuf,
+    #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+    pub db: Target,
     #[command(flatten)]
     pub filters: AuditFilters,
     /// requests: page size (1-1000, default 100).
@@ -274,10 +298,11 @@ pub fn run(cli: Cli) -> ExitCode {
                 fields,
             },
         ),
-        Command::Audit(args) => audit::audit(&args),
-        Command::Backup { db, dest } => match crate::ledger::backup_file(&db, &dest) {
+        Command::Audit(args) => runtime(audit::audit(&args)),
+        Command::Migrate { db } => runtime(migrate(db)),
+        Command::Backup { db, dest } => match crate::ledger::backup(&db, &dest) {
             Ok(()) => {
-                println!("backed up {} to {}", db.display(), dest.display());
+                println!("backed up {db} to {}", dest.display());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -289,11 +314,12 @@ pub fn run(cli: Cli) -> ExitCode {
             request_id,
             cost,
             db,
-        } => audit::settle(&db, &request_id, &cost),
+        } => runtime(audit::settle(&db, &request_id, &cost)),
         Command::Classify { api, explain } => classify::classify(api.map(Into::into), explain),
         Command::Serve {
             config,
             db,
+            replica,
             listen,
             log_format,
             shutdown_grace_s,
@@ -307,6 +333,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 serve::serve(serve::Listen {
                     config: &config,
                     db: &db,
+                    ledger: serve::ledger_options(&replica),
                     listen,
                     grace: std::time::Duration::from_secs(shutdown_grace_s),
                     max_in_flight,
@@ -315,6 +342,19 @@ pub fn run(cli: Cli) -> ExitCode {
             )
         }
         Command::Demo { once, listen, db } => runtime(demo::demo(once, listen, db)),
+    }
+}
+
+async fn migrate(db: Target) -> ExitCode {
+    match crate::ledger::migrate_at(&db).await {
+        Ok(version) => {
+            println!("the ledger {db} is at schema version {version}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_INVALID)
+        }
     }
 }
 

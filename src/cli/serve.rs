@@ -11,13 +11,24 @@ use super::check::compile_or_report;
 use crate::clock::SystemClock;
 use crate::gateway::Engine;
 use crate::http;
-use crate::ledger::{Ledger, Options};
+use crate::ledger::{Ledger, Options, Target};
 use crate::reload::Reloader;
+
+/// The ledger's options from the replica flags (they matter on a shared ledger only).
+pub fn ledger_options(r: &super::ReplicaArgs) -> Options {
+    Options {
+        replica: r.replica_id.clone(),
+        lease: Duration::from_millis(r.replica_lease_ms.max(100)),
+        ..Options::default()
+    }
+}
 
 /// Where `purser serve` reads and listens, and its limits.
 pub struct Listen<'a> {
     pub config: &'a Path,
-    pub db: &'a Path,
+    pub db: &'a Target,
+    /// The ledger's options (replica id and lease on PostgreSQL).
+    pub ledger: Options,
     pub listen: SocketAddr,
     pub grace: Duration,
     pub max_in_flight: usize,
@@ -29,6 +40,7 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
     let Listen {
         config,
         db,
+        ledger: opts,
         listen,
         grace,
         max_in_flight,
@@ -41,10 +53,10 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
     let Some(plan) = compile_or_report(config) else {
         return ExitCode::from(EXIT_INVALID);
     };
-    let (ledger, recovered) = match Ledger::open(db, Options::default()) {
+    let (ledger, recovered) = match Ledger::open_at(db, opts).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("error: cannot open the ledger {}: {e}", db.display());
+            eprintln!("error: cannot open the ledger {db}: {e}");
             return ExitCode::from(EXIT_INVALID);
         }
     };
@@ -70,7 +82,7 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    tracing::info!(%listen, plan_id, db = %db.display(), max_in_flight, "purser serving");
+    tracing::info!(%listen, plan_id, db = %db, max_in_flight, "purser serving");
     let admin_token = std::env::var("PURSER_ADMIN_TOKEN")
         .ok()
         .and_then(|t| http::AdminToken::new(&t));

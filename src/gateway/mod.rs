@@ -288,14 +288,16 @@ impl Engine {
     }
 
     /// Each period budget the active plan configures, in the window containing now,
-    /// as the ledger holds it. Blocking: it reads the ledger.
-    pub fn current_budgets(&self) -> Result<Vec<crate::ledger::audit::BudgetState>, LedgerError> {
+    /// as the ledger holds it.
+    pub async fn current_budgets(
+        &self,
+    ) -> Result<Vec<crate::ledger::audit::BudgetState>, LedgerError> {
         let plan = self.plan();
         let configured: Vec<_> = plan
             .policies()
             .flat_map(|p| p.budgets.iter().map(|b| (p.id.to_string(), *b)))
             .collect();
-        crate::ledger::audit::current_budgets(&self.ledger.reader()?, &configured, self.now())
+        self.ledger.current_budgets(&configured, self.now()).await
     }
 
     /// The engine clock's wall time (budget windows, audit).

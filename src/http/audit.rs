@@ -1,6 +1,5 @@
 //! `/audit/v1/*`: read-only, admin-token only. Handlers parse the query with
-//! `crate::audit`, run the ledger query on a blocking thread with its own read
-//! connection, and shape the answer.
+//! `crate::audit`, ask the ledger (whichever engine it is on), and shape the answer.
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -12,7 +11,6 @@ use serde_json::json;
 use super::AppState;
 use crate::audit::{self, AuditError};
 use crate::ledger::audit as q;
-use crate::ledger::read;
 
 type Params = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
@@ -85,21 +83,6 @@ fn pairs(params: Params) -> Result<Vec<(String, String)>, Refusal> {
         .map_err(|e| Refusal::BadQuery(format!("cannot read the query string: {e}")))
 }
 
-/// Run a read on a blocking thread with a fresh read-only connection.
-async fn with_reader<T: Send + 'static>(
-    state: &AppState,
-    f: impl FnOnce(&rusqlite::Connection) -> Result<T, AuditError> + Send + 'static,
-) -> Result<T, Refusal> {
-    let ledger = state.engine.ledger.clone();
-    tokio::task::spawn_blocking(move || {
-        let conn = ledger.reader()?;
-        f(&conn)
-    })
-    .await
-    .map_err(|e| Refusal::Internal(format!("audit query did not complete: {e}")))?
-    .map_err(Refusal::Audit)
-}
-
 pub async fn requests(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -107,10 +90,12 @@ pub async fn requests(
 ) -> Result<Response, Refusal> {
     authorize(&state, &headers)?;
     let query = audit::requests_query(&pairs(params)?)?;
-    let page = with_reader(&state, move |c| {
-        Ok(q::requests(c, &query.filter, query.limit, query.cursor)?)
-    })
-    .await?;
+    let page = state
+        .engine
+        .ledger
+        .requests(query.filter, query.limit, query.cursor)
+        .await
+        .map_err(|e| Refusal::Audit(e.into()))?;
     Ok(
         axum::Json(json!({"requests": page.requests, "next_cursor": page.next_cursor}))
             .into_response(),
@@ -123,10 +108,13 @@ pub async fn request(
     Path(id): Path<String>,
 ) -> Result<Response, Refusal> {
     authorize(&state, &headers)?;
-    let row = with_reader(&state, move |c| {
-        read::request(c, &id)?.ok_or(AuditError::NotFound(id))
-    })
-    .await?;
+    let row = state
+        .engine
+        .ledger
+        .request(&id)
+        .await
+        .map_err(|e| Refusal::Audit(e.into()))?
+        .ok_or(Refusal::Audit(AuditError::NotFound(id)))?;
     Ok(axum::Json(row).into_response())
 }
 
@@ -142,10 +130,12 @@ pub async fn spend(
         query.filter.until.as_ref().map(|i| i.text.clone()),
     );
     let group_by = query.group_by;
-    let rows = with_reader(&state, move |c| {
-        Ok(q::spend(c, &query.filter, query.group_by)?)
-    })
-    .await?;
+    let rows = state
+        .engine
+        .ledger
+        .spend(query.filter, query.group_by)
+        .await
+        .map_err(|e| Refusal::Audit(e.into()))?;
     Ok(axum::Json(json!({
         "group_by": group_by.as_str(),
         "since": since,
@@ -161,10 +151,10 @@ pub async fn budgets(
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
     authorize(&state, &headers)?;
-    let engine = state.engine.clone();
-    let rows = tokio::task::spawn_blocking(move || engine.current_budgets())
+    let rows = state
+        .engine
+        .current_budgets()
         .await
-        .map_err(|e| Refusal::Internal(format!("budget query did not complete: {e}")))?
         .map_err(|e| Refusal::Audit(e.into()))?;
     let currency = state.engine.plan().currency().to_string();
     Ok(axum::Json(json!({"currency": currency, "budgets": rows})).into_response())
@@ -180,13 +170,22 @@ pub async fn attempts_csv(
 ) -> Result<Response, Refusal> {
     authorize(&state, &headers)?;
     let filter = audit::attempts_query(&pairs(params)?)?;
-    // Open the reader before answering so a broken ledger is a 503, not a cut stream.
-    let conn = state.engine.ledger.reader().map_err(AuditError::from)?;
-    let currency = state.engine.plan().currency().to_string();
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
-    tokio::task::spawn_blocking(move || write_csv(&conn, &filter, &currency, tx));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+    let mut lines = state.engine.ledger.attempt_lines(filter);
+    // Wait for the first line before answering, so a broken ledger is a 503, not a
+    // cut stream.
+    let first = match lines.recv().await {
+        Some(Err(e)) => return Err(Refusal::Audit(e.into())),
+        first => first,
+    };
+    let csv = Csv {
+        lines,
+        first,
+        currency: state.engine.plan().currency().to_string(),
+        header: true,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(csv, |mut csv| async move {
+        csv.next_chunk().await.map(|chunk| (chunk, csv))
     });
     Ok((
         [
@@ -201,62 +200,56 @@ pub async fn attempts_csv(
         .into_response())
 }
 
-type Chunks = tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>;
-
-/// The CSV writer's sink: batches bytes into body chunks. A closed channel (the client
-/// went away) is a broken pipe, which stops the query.
-struct ChunkSink {
-    tx: Chunks,
-    buf: Vec<u8>,
+/// The CSV body: attempt lines as the ledger yields them, in chunks of about
+/// `CSV_BATCH` bytes. A client that goes away drops the body, and with it the
+/// receiver, which stops the query.
+struct Csv {
+    lines: tokio::sync::mpsc::Receiver<Result<q::AttemptLine, crate::ledger::LedgerError>>,
+    first: Option<Result<q::AttemptLine, crate::ledger::LedgerError>>,
+    currency: String,
+    header: bool,
+    done: bool,
 }
 
-impl ChunkSink {
-    fn send(&mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
+impl Csv {
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if self.done {
+            return None;
         }
-        let chunk = Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(CSV_BATCH),
-        ));
-        self.tx
-            .blocking_send(Ok(chunk))
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
-    }
-}
-
-impl std::io::Write for ChunkSink {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(data);
-        if self.buf.len() >= CSV_BATCH {
-            self.send()?;
+        let mut w = csv::Writer::from_writer(Vec::with_capacity(CSV_BATCH + 1024));
+        if std::mem::take(&mut self.header) {
+            w.write_record(audit::CSV_HEADER).ok()?;
         }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.send()
-    }
-}
-
-fn write_csv(conn: &rusqlite::Connection, filter: &q::Filter, currency: &str, tx: Chunks) {
-    let mut w = csv::Writer::from_writer(ChunkSink {
-        tx: tx.clone(),
-        buf: Vec::with_capacity(CSV_BATCH),
-    });
-    let mut ok = w.write_record(audit::CSV_HEADER).is_ok();
-    let result = q::each_attempt(conn, filter, |line| {
-        ok = w.write_record(audit::csv_record(&line, currency)).is_ok();
-        ok
-    });
-    match result {
-        Ok(()) if ok => {
-            let _ = w.flush();
+        loop {
+            let next = match self.first.take() {
+                Some(line) => Some(line),
+                None => self.lines.recv().await,
+            };
+            match next {
+                Some(Ok(line)) => {
+                    if let Err(e) = w.write_record(audit::csv_record(&line, &self.currency)) {
+                        self.done = true;
+                        return Some(Err(std::io::Error::other(e)));
+                    }
+                    if w.get_ref().len() >= CSV_BATCH {
+                        break;
+                    }
+                }
+                // Headers are already sent; cutting the body is the only honest signal left.
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(std::io::Error::other(e.to_string())));
+                }
+                None => {
+                    self.done = true;
+                    break;
+                }
+            }
         }
-        Ok(()) => {}
-        // Headers are already sent; cutting the body is the only honest signal left.
-        Err(e) => {
-            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        match w.into_inner() {
+            Ok(bytes) if bytes.is_empty() => None,
+            Ok(bytes) => Some(Ok(Bytes::from(bytes))),
+            Err(e) => Some(Err(std::io::Error::other(e.to_string()))),
         }
     }
 }

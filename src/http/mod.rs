@@ -152,8 +152,8 @@ async fn ready(State(AppState { engine, .. }): State<AppState>) -> Response {
         )
             .into_response();
     }
-    match engine.ledger.reader() {
-        Ok(_) => (StatusCode::OK, format!("ready: plan {plan_id}")).into_response(),
+    match engine.ledger.readable().await {
+        Ok(()) => (StatusCode::OK, format!("ready: plan {plan_id}")).into_response(),
         Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")).into_response(),
     }
 }
@@ -183,12 +183,7 @@ async fn metrics(
             );
         }
     }
-    let reader = engine.clone();
-    let budgets = tokio::task::spawn_blocking(move || reader.current_budgets().ok())
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let budgets = engine.current_budgets().await.unwrap_or_default();
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
         engine.render_metrics(&budgets),

@@ -1,17 +1,16 @@
 //! Audit queries: the read side that answers "which vendor billed which call, and
-//! which policy allowed it". Only validated filters reach here, and every value is
-//! bound as a parameter, never spliced into SQL.
+//! which policy allowed it". This module holds the engine-neutral filters and answers;
+//! each engine's queries (`sqlite::audit`, `postgres::read`) bind every value as a
+//! parameter, never splicing it into SQL.
 //!
 //! Time filters select requests by when they were received (`requests`) and attempts
 //! by when they started (`spend`, `attempts.csv`): an attempt belongs to the window it
 //! was sent in, even when its request began a moment earlier.
 
-use rusqlite::types::ToSql;
-use rusqlite::{Connection, Row, params_from_iter};
 use serde::Serialize;
 
 use super::LedgerError;
-use super::read::{AttemptRow, RequestRow};
+use super::read::{AttemptRow, BudgetRow, RequestRow};
 use crate::money::Money;
 
 /// Largest page of `requests`.
@@ -73,6 +72,8 @@ pub struct Filter {
 pub struct Instant {
     pub ms: i64,
     pub text: String,
+    /// The instant itself (PostgreSQL binds it as timestamptz).
+    pub at: time::OffsetDateTime,
 }
 
 impl Instant {
@@ -81,6 +82,7 @@ impl Instant {
         Instant {
             ms,
             text: super::rfc3339(t),
+            at: t,
         }
     }
 }
@@ -102,120 +104,9 @@ impl Cursor {
     }
 }
 
-/// A `WHERE` clause with its bound values.
-struct Clause {
-    sql: Vec<String>,
-    args: Vec<Box<dyn ToSql>>,
-}
-
-impl Clause {
-    fn new() -> Clause {
-        Clause {
-            sql: vec![],
-            args: vec![],
-        }
-    }
-
-    /// `sql` holds one `?`, which becomes the next numbered parameter bound to `arg`.
-    fn push(&mut self, sql: &str, arg: impl ToSql + 'static) {
-        self.args.push(Box::new(arg));
-        self.sql
-            .push(sql.replacen('?', &format!("?{}", self.args.len()), 1));
-    }
-
-    fn render(&self) -> String {
-        if self.sql.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", self.sql.join(" AND "))
-        }
-    }
-}
-
-/// Conditions on the request row `r`, shared by every endpoint.
-fn request_conditions(c: &mut Clause, f: &Filter) {
-    for (col, v) in [
-        ("r.policy", &f.policy),
-        ("r.client", &f.client),
-        ("r.model", &f.model),
-    ] {
-        if let Some(v) = v {
-            c.push(&format!("{col} = ?"), v.clone());
-        }
-    }
-    if let Some(o) = f.outcome {
-        c.push("r.outcome = ?", o.as_str());
-    }
-}
-
 pub struct RequestPage {
     pub requests: Vec<RequestRow>,
     pub next_cursor: Option<String>,
-}
-
-/// Requests newest first (by commit order), one page. Keyset pagination: a page starts
-/// strictly after the cursor, and rows committed meanwhile sort above it, so pages
-/// neither repeat nor skip a request.
-pub fn requests(
-    conn: &Connection,
-    f: &Filter,
-    limit: u32,
-    cursor: Option<Cursor>,
-) -> Result<RequestPage, LedgerError> {
-    let limit = limit.clamp(1, MAX_LIMIT);
-    let mut c = Clause::new();
-    if let Some(s) = &f.since {
-        c.push("r.received_ms >= ?", s.ms);
-    }
-    if let Some(u) = &f.until {
-        c.push("r.received_ms < ?", u.ms);
-    }
-    request_conditions(&mut c, f);
-    // "Any attempt's" provider/class: an EXISTS on the attempts of this request (primary
-    // key lookup), so the newest-first index walk stays in charge.
-    if let Some(p) = &f.provider {
-        c.push(
-            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.provider = ?)",
-            p.clone(),
-        );
-    }
-    if let Some(k) = &f.class {
-        c.push(
-            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.class = ?)",
-            k.clone(),
-        );
-    }
-    if let Some(cur) = cursor {
-        c.push("r.ledger_seq < ?", cur.0);
-    }
-    let sql = format!(
-        "SELECT {}, r.ledger_seq FROM requests r {} ORDER BY r.ledger_seq DESC LIMIT {}",
-        super::read::REQUEST_COLUMNS_R,
-        c.render(),
-        limit + 1
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows: Vec<(RequestRow, i64)> = stmt
-        .query_map(params_from_iter(c.args.iter()), |r| {
-            Ok((super::read::request_from_row(r)?, r.get(13)?))
-        })?
-        .collect::<Result<_, _>>()?;
-    let more = rows.len() > limit as usize;
-    rows.truncate(limit as usize);
-    let next_cursor = if more {
-        rows.last().map(|(_, seq)| Cursor(*seq).encode())
-    } else {
-        None
-    };
-    let mut requests = Vec::with_capacity(rows.len());
-    for (mut r, _) in rows {
-        r.attempts = super::read::attempts_of(conn, &r.id)?;
-        requests.push(r);
-    }
-    Ok(RequestPage {
-        requests,
-        next_cursor,
-    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,16 +140,6 @@ impl GroupBy {
     pub fn parse(s: &str) -> Option<GroupBy> {
         GroupBy::ALL.into_iter().find(|g| g.as_str() == s)
     }
-
-    fn key_sql(self) -> &'static str {
-        match self {
-            GroupBy::Provider => "a.provider",
-            GroupBy::Policy => "r.policy",
-            GroupBy::Client => "r.client",
-            GroupBy::Model => "r.model",
-            GroupBy::Day => "substr(a.started_at, 1, 10)",
-        }
-    }
 }
 
 /// One group of attempts: exact billed cost, and separately what may have been billed
@@ -274,89 +155,6 @@ pub struct SpendRow {
     pub not_billed: u64,
 }
 
-/// Conditions on attempts `a` joined to their request `r`.
-fn attempt_conditions(f: &Filter) -> (Clause, bool) {
-    let mut c = Clause::new();
-    if let Some(s) = &f.since {
-        c.push("a.started_at >= ?", s.text.clone());
-    }
-    if let Some(u) = &f.until {
-        c.push("a.started_at < ?", u.text.clone());
-    }
-    if let Some(p) = &f.provider {
-        c.push("a.provider = ?", p.clone());
-    }
-    if let Some(k) = &f.class {
-        c.push("a.class = ?", k.clone());
-    }
-    let before = c.sql.len();
-    request_conditions(&mut c, f);
-    let needs_request = c.sql.len() > before;
-    (c, needs_request)
-}
-
-/// Spend per group. The rows stream out of the covering index and are totalled here
-/// in exact decimals: with a handful of groups this beats SQL's GROUP BY, which would
-/// sort every attempt of the window first.
-pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
-    let (c, mut join) = attempt_conditions(f);
-    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
-    let sql = format!(
-        "SELECT {key}, a.billing, a.cost, a.worst_case FROM attempts a {join} {where_}",
-        key = by.key_sql(),
-        join = if join {
-            "JOIN requests r ON r.id = a.request_id"
-        } else {
-            ""
-        },
-        where_ = c.render(),
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query(params_from_iter(c.args.iter()))?;
-    let mut groups: std::collections::BTreeMap<String, SpendRow> = Default::default();
-    while let Some(r) = rows.next()? {
-        let key = text(r, 0)?;
-        let row = match groups.get_mut(key) {
-            Some(row) => row,
-            None => groups.entry(key.to_string()).or_insert(SpendRow {
-                key: key.to_string(),
-                cost: Money::ZERO,
-                maybe_billed_cost: Money::ZERO,
-                attempts: 0,
-                billed: 0,
-                maybe_billed: 0,
-                not_billed: 0,
-            }),
-        };
-        row.attempts += 1;
-        let overflow = || LedgerError::Corrupt("spend total overflows a decimal".into());
-        row.cost = row
-            .cost
-            .checked_add(parse_money(text(r, 2)?)?)
-            .ok_or_else(overflow)?;
-        match text(r, 1)? {
-            "billed" => row.billed += 1,
-            "maybe_billed" => {
-                row.maybe_billed += 1;
-                row.maybe_billed_cost = row
-                    .maybe_billed_cost
-                    .checked_add(parse_money(text(r, 3)?)?)
-                    .ok_or_else(overflow)?;
-            }
-            "not_billed" => row.not_billed += 1,
-            other => return Err(LedgerError::Corrupt(format!("billing state `{other}`"))),
-        }
-    }
-    Ok(groups.into_values().collect())
-}
-
-/// Column `i` as borrowed text (no copy per row).
-fn text<'r>(r: &'r Row<'_>, i: usize) -> Result<&'r str, LedgerError> {
-    r.get_ref(i)?
-        .as_str()
-        .map_err(|e| LedgerError::Corrupt(format!("column {i}: {e}")))
-}
-
 /// One attempt with its request's context, as a CSV row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AttemptLine {
@@ -368,40 +166,6 @@ pub struct AttemptLine {
     pub plan_id: String,
     #[serde(flatten)]
     pub attempt: AttemptRow,
-}
-
-/// Every attempt matching `f`, oldest first, handed to `each` one at a time so the
-/// caller can stream them without holding the whole set.
-pub fn each_attempt(
-    conn: &Connection,
-    f: &Filter,
-    mut each: impl FnMut(AttemptLine) -> bool,
-) -> Result<(), LedgerError> {
-    let (c, _) = attempt_conditions(f);
-    let sql = format!(
-        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, {cols}
-         FROM attempts a JOIN requests r ON r.id = a.request_id {where_}
-         ORDER BY a.started_at, a.request_id, a.seq",
-        cols = super::read::ATTEMPT_COLUMNS_A,
-        where_ = c.render(),
-    );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query(params_from_iter(c.args.iter()))?;
-    while let Some(r) = rows.next()? {
-        let line = AttemptLine {
-            request_id: r.get(0)?,
-            received_at: r.get(1)?,
-            policy: r.get(2)?,
-            client: r.get(3)?,
-            model: r.get(4)?,
-            plan_id: r.get(5)?,
-            attempt: super::read::attempt_from_row(r, 6)?,
-        };
-        if !each(line) {
-            break;
-        }
-    }
-    Ok(())
 }
 
 /// A period budget's current state.
@@ -416,68 +180,27 @@ pub struct BudgetState {
     pub remaining: Money,
 }
 
-/// The budgets a plan configures, each in the window containing `now` (zero when no
-/// request has touched it yet).
-pub fn current_budgets(
-    conn: &Connection,
-    configured: &[(String, crate::policy::plan::Budget)],
-    now: time::OffsetDateTime,
-) -> Result<Vec<BudgetState>, LedgerError> {
-    let mut out = Vec::with_capacity(configured.len());
-    let mut stmt = conn.prepare_cached(
-        "SELECT spent, reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
-    )?;
-    for (policy, b) in configured {
-        let start = super::window_start(b.period, now);
-        let stored: Option<(String, String)> = {
-            use rusqlite::OptionalExtension;
-            stmt.query_row(rusqlite::params![policy, b.period.as_str(), start], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .optional()?
-        };
-        let (spent, reserved) = match stored {
-            Some((s, r)) => (parse_money(&s)?, parse_money(&r)?),
-            None => (Money::ZERO, Money::ZERO),
-        };
-        out.push(BudgetState {
-            policy: policy.clone(),
-            period: b.period.as_str().to_string(),
-            window_start: start,
-            limit: b.limit,
+impl TryFrom<BudgetRow> for BudgetState {
+    type Error = LedgerError;
+    fn try_from(b: BudgetRow) -> Result<BudgetState, LedgerError> {
+        let (limit, spent, reserved) = (
+            parse_money(&b.limit)?,
+            parse_money(&b.spent)?,
+            parse_money(&b.reserved)?,
+        );
+        Ok(BudgetState {
+            policy: b.policy,
+            period: b.period,
+            window_start: b.window_start,
+            limit,
             spent,
             reserved,
-            remaining: b.limit.saturating_sub(spent + reserved),
-        });
-    }
-    Ok(out)
-}
-
-/// Every stored budget window, newest first per policy and period (for operators
-/// without the policy set at hand).
-pub fn stored_budgets(conn: &Connection) -> Result<Vec<BudgetState>, LedgerError> {
-    super::read::budgets(conn)?
-        .into_iter()
-        .map(|b| {
-            let (limit, spent, reserved) = (
-                parse_money(&b.limit)?,
-                parse_money(&b.spent)?,
-                parse_money(&b.reserved)?,
-            );
-            Ok(BudgetState {
-                policy: b.policy,
-                period: b.period,
-                window_start: b.window_start,
-                limit,
-                spent,
-                reserved,
-                remaining: limit.saturating_sub(spent + reserved),
-            })
+            remaining: limit.saturating_sub(spent + reserved),
         })
-        .collect()
+    }
 }
 
-fn parse_money(s: &str) -> Result<Money, LedgerError> {
+pub(super) fn parse_money(s: &str) -> Result<Money, LedgerError> {
     s.parse()
         .map_err(|e| LedgerError::Corrupt(format!("amount `{s}`: {e}")))
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses part of the harness
 
 pub mod money;
+pub mod pg;
 pub mod sdk;
 pub mod vendors;
 

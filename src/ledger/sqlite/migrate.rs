@@ -1,41 +1,42 @@
-//! Ordered, embedded schema migrations, each applied in its own transaction and
+//! SQLite: ordered, embedded schema migrations (`migrations/sqlite/`; the recorded
+//! names predate the folder and stay as they are), each applied in its own transaction and
 //! recorded in `schema_migrations`. A database newer than this binary is refused.
 
 use rusqlite::Connection;
 
-use super::LedgerError;
+use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
 pub const MIGRATIONS: [(u32, &str, &str); 6] = [
     (
         1,
         "0001_init",
-        include_str!("../../migrations/0001_init.sql"),
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
     ),
     (
         2,
         "0002_audit_indexes",
-        include_str!("../../migrations/0002_audit_indexes.sql"),
+        include_str!("../../../migrations/sqlite/0002_audit_indexes.sql"),
     ),
     (
         3,
         "0003_audit",
-        include_str!("../../migrations/0003_audit.sql"),
+        include_str!("../../../migrations/sqlite/0003_audit.sql"),
     ),
     (
         4,
         "0004_reservations_in_requests",
-        include_str!("../../migrations/0004_reservations_in_requests.sql"),
+        include_str!("../../../migrations/sqlite/0004_reservations_in_requests.sql"),
     ),
     (
         5,
         "0005_cheaper_rows",
-        include_str!("../../migrations/0005_cheaper_rows.sql"),
+        include_str!("../../../migrations/sqlite/0005_cheaper_rows.sql"),
     ),
     (
         6,
         "0006_cost_basis",
-        include_str!("../../migrations/0006_cost_basis.sql"),
+        include_str!("../../../migrations/sqlite/0006_cost_basis.sql"),
     ),
 ];
 
@@ -48,6 +49,23 @@ pub fn current_version(conn: &Connection) -> Result<u32, LedgerError> {
         "CREATE TABLE IF NOT EXISTS schema_migrations (
             version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
     )?;
+    Ok(conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+        [],
+        |r| r.get(0),
+    )?)
+}
+
+/// The version of a database opened read-only (no table is created).
+pub fn current_version_read(conn: &Connection) -> Result<u32, LedgerError> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE name = 'schema_migrations')",
+        [],
+        |r| r.get(0),
+    )?;
+    if !exists {
+        return Ok(0);
+    }
     Ok(conn.query_row(
         "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
         [],

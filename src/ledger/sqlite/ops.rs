@@ -1,372 +1,17 @@
-//! The writer: applies operations in groups, one transaction per group; a group
-//! spoiled by one failing operation is redone one operation per transaction.
-
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, TryLockError};
+//! The SQL of each operation on SQLite, inside the writer's transaction.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tokio::sync::oneshot;
 
-use super::{
-    AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Recovered, RequestResult,
-    rfc3339, window_start,
+use super::books::{Books, WindowKey};
+use crate::ledger::{
+    AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Op, RequestResult, rfc3339,
+    window_start,
 };
 use crate::money::Money;
+use crate::policy::plan::Period;
 use crate::pricing::CostBasis;
 
-/// Most operations committed together; bounds the latency one commit adds.
-const MAX_GROUP: usize = 1024;
-
-#[derive(Debug)]
-pub enum Op {
-    Admit {
-        req: NewRequest,
-        budgets: Vec<BudgetLimit>,
-        /// The first attempt, written with the admission (one commit instead of two).
-        first: Option<NewAttempt>,
-    },
-    Refusal {
-        req: NewRequest,
-        error_code: String,
-    },
-    BeginAttempt(NewAttempt),
-    FinishAttempt(AttemptResult),
-    FinishRequest(RequestResult),
-    /// The last attempt and its request, completed together.
-    Finish(AttemptResult, RequestResult),
-    Settle {
-        request_id: String,
-        cost: Money,
-    },
-    TopUp {
-        request_id: String,
-        extra: Money,
-    },
-    Interrupt {
-        request_id: String,
-        reason: String,
-    },
-    Probe,
-}
-
-pub struct Envelope {
-    pub op: Op,
-    pub reply: oneshot::Sender<Result<(), LedgerError>>,
-}
-
-/// The write connection and the operations waiting for it. There is no writer
-/// thread: whichever caller finds the connection free commits everything queued so
-/// far as one group, on its own thread. A request thus costs no thread hand-off, and
-/// concurrent requests still share commits (see `Ledger::call`).
-pub struct Writer {
-    queue: Mutex<Vec<Envelope>>,
-    conn: Mutex<(Connection, Books)>,
-    /// Whether the last group could write at all (readiness).
-    writable: AtomicBool,
-}
-
-impl Writer {
-    pub fn new(conn: Connection) -> Self {
-        Writer {
-            queue: Mutex::new(Vec::new()),
-            conn: Mutex::new((conn, Books::default())),
-            writable: AtomicBool::new(true),
-        }
-    }
-
-    pub fn writable(&self) -> bool {
-        self.writable.load(Ordering::Relaxed)
-    }
-
-    pub fn enqueue(&self, env: Envelope) {
-        lock(&self.queue).push(env);
-    }
-
-    /// Commit every queued operation, in groups of at most `MAX_GROUP`. Returns at
-    /// once when another thread holds the connection: that thread looks at the queue
-    /// again after releasing it, so nothing queued is left behind.
-    pub fn flush(&self) {
-        loop {
-            {
-                let mut conn = match self.conn.try_lock() {
-                    Ok(c) => c,
-                    // A panic mid-group dropped its transaction, which rolled back:
-                    // the connection itself is sound.
-                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(TryLockError::WouldBlock) => return,
-                };
-                let (conn, books) = &mut *conn;
-                loop {
-                    let group: Vec<Envelope> = {
-                        let mut q = lock(&self.queue);
-                        let n = q.len().min(MAX_GROUP);
-                        q.drain(..n).collect()
-                    };
-                    if group.is_empty() {
-                        break;
-                    }
-                    self.commit(conn, books, group);
-                }
-            }
-            // An operation queued after the last drain, whose caller found the
-            // connection taken, is ours to commit.
-            if lock(&self.queue).is_empty() {
-                return;
-            }
-        }
-    }
-
-    fn commit(&self, conn: &mut Connection, books: &mut Books, group: Vec<Envelope>) {
-        let results = apply_group(conn, books, &group);
-        // Refusals of the operation itself (a budget, an unknown id) say nothing about
-        // the disk; an SQLite failure of every operation does.
-        let wrote = results
-            .iter()
-            .any(|r| !matches!(r, Err(LedgerError::Sqlite(_) | LedgerError::RolledBack)));
-        self.writable.store(wrote, Ordering::Relaxed);
-        for (env, res) in group.into_iter().zip(results) {
-            let _ = env.reply.send(res);
-        }
-    }
-}
-
-/// The queue's lock is held only to push or drain, never across a panic point that
-/// matters: a poisoned queue is still a valid queue.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// One transaction for the whole group. An operation that fails for any reason other
-/// than a refused budget spoils the group: it is rolled back and every operation is
-/// then applied in its own transaction, so each caller learns its own fate and no
-/// operation is ever half-applied. (Per-operation savepoints gave the same guarantee
-/// at a cost on every operation; failures are rare, so the group pays only then.)
-fn apply_group(
-    conn: &mut Connection,
-    books: &mut Books,
-    group: &[Envelope],
-) -> Vec<Result<(), LedgerError>> {
-    match try_group(conn, books, group) {
-        Some(results) => results,
-        None => group
-            .iter()
-            .map(|env| apply_alone(conn, books, &env.op))
-            .collect(),
-    }
-}
-
-/// The writer's transaction: `BEGIN IMMEDIATE` and `COMMIT` from the statement cache
-/// (rusqlite's `Transaction` parses both again each time, about 5% of a request's
-/// CPU in the gateway benchmark). Rolled back when dropped uncommitted.
-struct Tx<'c> {
-    conn: &'c Connection,
-    open: bool,
-}
-
-impl<'c> Tx<'c> {
-    fn begin(conn: &'c Connection) -> rusqlite::Result<Tx<'c>> {
-        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        Ok(Tx { conn, open: true })
-    }
-
-    fn commit(mut self) -> rusqlite::Result<()> {
-        self.conn.prepare_cached("COMMIT")?.execute([])?;
-        self.open = false;
-        Ok(())
-    }
-}
-
-impl std::ops::Deref for Tx<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn
-    }
-}
-
-impl Drop for Tx<'_> {
-    fn drop(&mut self) {
-        if self.open {
-            // Fails only when SQLite already rolled back on its own (a failed COMMIT).
-            let _ = self
-                .conn
-                .prepare_cached("ROLLBACK")
-                .and_then(|mut st| st.execute([]));
-        }
-    }
-}
-
-/// `None` when an operation failed and the group was rolled back.
-fn try_group(
-    conn: &mut Connection,
-    books: &mut Books,
-    group: &[Envelope],
-) -> Option<Vec<Result<(), LedgerError>>> {
-    let failed = |e: &rusqlite::Error| {
-        group
-            .iter()
-            .map(|_| Err(LedgerError::Sqlite(clone_err(e))))
-            .collect()
-    };
-    let tx = match Tx::begin(conn) {
-        Ok(tx) => tx,
-        Err(e) => return Some(failed(&e)),
-    };
-    if let Err(e) = books.check(&tx) {
-        return Some(failed(&e));
-    }
-    let mut results = Vec::with_capacity(group.len());
-    for env in group {
-        match apply_op(&tx, books, &env.op) {
-            r @ (Ok(()) | Err(LedgerError::BudgetExhausted { .. })) => results.push(r),
-            Err(_) => {
-                books.forget();
-                return None; // dropping `tx` rolls the group back
-            }
-        }
-    }
-    match books.write(&tx).and_then(|()| tx.commit()) {
-        Ok(()) => Some(results),
-        // Nothing in the group is durable: every caller is told, and fails closed.
-        Err(e) => {
-            books.forget();
-            Some(failed(&e))
-        }
-    }
-}
-
-fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
-    let tx = Tx::begin(conn)?;
-    books.check(&tx)?;
-    let r = apply_op(&tx, books, op);
-    // A refused budget is recorded (the refused request row says why).
-    let keep = matches!(r, Ok(()) | Err(LedgerError::BudgetExhausted { .. }));
-    let done = if keep {
-        books
-            .write(&tx)
-            .and_then(|()| tx.commit())
-            .map_err(Into::into)
-    } else {
-        Ok(())
-    };
-    if !keep || done.is_err() {
-        books.forget();
-    }
-    done.and(r)
-}
-
-/// Budget windows and what in-flight requests hold in them, kept in memory by the one
-/// writer so that an admission and a settlement need not read them back: each window
-/// touched by a group is written once, when the group commits. The copy is dropped whenever it may
-/// be wrong: after a rollback, and when another connection (`purser settle`) has
-/// written to the file since this one last looked.
-#[derive(Default)]
-pub(super) struct Books {
-    windows: HashMap<WindowKey, Window>,
-    /// What requests still in flight hold, as admitted by this writer.
-    held: HashMap<String, Holding>,
-    /// SQLite's `data_version` when the books were last known right.
-    seen: Option<i64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct WindowKey {
-    policy: String,
-    period: String,
-    start: String,
-}
-
-#[derive(Debug)]
-struct Window {
-    /// `None` while the stored limit is unknown (a window first read to settle).
-    limit: Option<Money>,
-    spent: Money,
-    reserved: Money,
-    dirty: bool,
-}
-
-/// A bound on what the books keep; past it they start over from the file.
-const BOOKS_MAX: usize = 100_000;
-
-impl Books {
-    /// Start of a transaction (the write lock is held): forget everything if another
-    /// connection has committed since.
-    fn check(&mut self, tx: &Connection) -> rusqlite::Result<()> {
-        let version: i64 = tx
-            .prepare_cached("PRAGMA data_version")?
-            .query_row([], |r| r.get(0))?;
-        if self.seen != Some(version)
-            || self.windows.len() > BOOKS_MAX
-            || self.held.len() > BOOKS_MAX
-        {
-            self.forget();
-            self.seen = Some(version);
-        }
-        Ok(())
-    }
-
-    fn forget(&mut self) {
-        self.windows.clear();
-        self.held.clear();
-        self.seen = None;
-    }
-
-    /// The window, read from the file the first time it is needed.
-    fn window(&mut self, tx: &Connection, key: &WindowKey) -> Result<&mut Window, LedgerError> {
-        if !self.windows.contains_key(key) {
-            let stored: Option<(String, String, String)> = tx
-                .prepare_cached("SELECT spent, reserved, limit_amount FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-                .query_row(params![key.policy, key.period, key.start], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?;
-            let w = match stored {
-                Some((spent, reserved, limit)) => Window {
-                    limit: Some(money_col(limit)?),
-                    spent: money_col(spent)?,
-                    reserved: money_col(reserved)?,
-                    dirty: false,
-                },
-                None => Window {
-                    limit: None,
-                    spent: Money::ZERO,
-                    reserved: Money::ZERO,
-                    dirty: true,
-                },
-            };
-            self.windows.insert(key.clone(), w);
-        }
-        self.windows
-            .get_mut(key)
-            .ok_or_else(|| LedgerError::Corrupt("budget window vanished from memory".into()))
-    }
-
-    /// Write every window changed since the last commit, inside `tx`.
-    pub(super) fn write(&mut self, tx: &Connection) -> rusqlite::Result<()> {
-        for (key, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
-            let Some(limit) = w.limit else {
-                // Settled against a window the file never had: nothing to record it under.
-                continue;
-            };
-            tx.prepare_cached(
-                "INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (policy, period, window_start)
-                 DO UPDATE SET limit_amount = excluded.limit_amount, spent = excluded.spent, reserved = excluded.reserved",
-            )?
-            .execute(params![key.policy, key.period, key.start, limit.to_string(), w.spent.to_string(), w.reserved.to_string()])?;
-            w.dirty = false;
-        }
-        Ok(())
-    }
-}
-
-fn clone_err(e: &rusqlite::Error) -> rusqlite::Error {
-    match e.sqlite_error() {
-        Some(s) => rusqlite::Error::SqliteFailure(*s, Some(e.to_string())),
-        None => rusqlite::Error::InvalidQuery,
-    }
-}
-
-fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
+pub(super) fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
     match op {
         Op::Admit {
             req,
@@ -424,7 +69,7 @@ fn insert_request(
     Ok(())
 }
 
-fn money_col(s: String) -> Result<Money, LedgerError> {
+pub(super) fn money_col(s: String) -> Result<Money, LedgerError> {
     s.parse()
         .map_err(|_| LedgerError::Corrupt(format!("amount `{s}`")))
 }
@@ -439,7 +84,7 @@ fn admit(
     for b in budgets {
         let key = WindowKey {
             policy: req.policy.clone(),
-            period: b.period.as_str().to_string(),
+            period: b.period,
             start: window_start(b.period, req.received_at),
         };
         let w = books.window(tx, &key)?;
@@ -527,7 +172,7 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
 /// of its own cost two more B-tree writes per request.
 fn reserved_in(keys: &[WindowKey]) -> String {
     keys.iter()
-        .map(|k| format!("{}@{}", k.period, k.start))
+        .map(|k| format!("{}@{}", k.period.as_str(), k.start))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -541,7 +186,7 @@ fn reserved_windows(policy: &str, reserved_in: &str) -> Result<Vec<WindowKey>, L
                 .ok_or_else(|| LedgerError::Corrupt(format!("reserved_in `{reserved_in}`")))?;
             Ok(WindowKey {
                 policy: policy.to_string(),
-                period: period.to_string(),
+                period: period_of(period)?,
                 start: start.to_string(),
             })
         })
@@ -549,14 +194,14 @@ fn reserved_windows(policy: &str, reserved_in: &str) -> Result<Vec<WindowKey>, L
 }
 
 /// What a request still holds in its budget windows, as stored.
-struct Holding {
-    windows: Vec<WindowKey>,
-    amount: Money,
+pub(super) struct Holding {
+    pub(super) windows: Vec<WindowKey>,
+    pub(super) amount: Money,
     /// Moved to `spent` by recovery, rather than held in `reserved`.
-    interrupted: bool,
+    pub(super) interrupted: bool,
 }
 
-fn holding(tx: &Connection, request_id: &str) -> Result<Option<Holding>, LedgerError> {
+pub(super) fn holding(tx: &Connection, request_id: &str) -> Result<Option<Holding>, LedgerError> {
     let row: Option<(String, String, Option<String>, String)> = tx
         .prepare_cached(
             "SELECT policy, COALESCE(reserved_amount, worst_case), reserved_in, outcome FROM requests WHERE id = ?1",
@@ -713,7 +358,7 @@ fn top_up(
         if w.spent + w.reserved + extra > limit {
             refusal = Some(LedgerError::BudgetExhausted {
                 policy: key.policy.clone(),
-                period: period_name(&key.period),
+                period: key.period.as_str(),
                 limit,
                 spent: w.spent,
                 reserved: w.reserved,
@@ -739,11 +384,12 @@ fn top_up(
     Ok(())
 }
 
-/// The `&'static` name of a stored period, for the refusal's message.
-fn period_name(stored: &str) -> &'static str {
+/// A period as stored in `reserved_in`.
+fn period_of(stored: &str) -> Result<Period, LedgerError> {
     match stored {
-        "month" => "month",
-        _ => "day",
+        "day" => Ok(Period::Day),
+        "month" => Ok(Period::Month),
+        other => Err(LedgerError::Corrupt(format!("period `{other}`"))),
     }
 }
 
@@ -800,42 +446,4 @@ fn interrupt(
         }
     }
     Ok(())
-}
-
-/// Rows a previous process left in flight become `interrupted` / `maybe_billed`, and
-/// their reservations stay counted (moved to spent) until an operator settles them.
-pub fn recover(conn: &mut Connection) -> Result<Recovered, LedgerError> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let mut books = Books::default();
-    let attempts = tx.execute(
-        "UPDATE attempts SET state = 'interrupted', billing = 'maybe_billed', decision = 'stop',
-         reason = 'the gateway stopped while this attempt was in flight; the upstream may have billed it'
-         WHERE state = 'in_flight'",
-        [],
-    )?;
-    let ids: Vec<String> = tx
-        .prepare("SELECT id FROM requests WHERE outcome = 'in_flight'")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for id in &ids {
-        // Still in flight here, so what it holds is in `reserved`: move it to spent.
-        if let Some(h) = holding(&tx, id)? {
-            for key in h.windows {
-                let w = books.window(&tx, &key)?;
-                w.spent = w.spent + h.amount;
-                w.reserved = w.reserved.saturating_sub(h.amount);
-                w.dirty = true;
-            }
-        }
-        tx.execute(
-            "UPDATE requests SET outcome = 'interrupted' WHERE id = ?1",
-            params![id],
-        )?;
-    }
-    books.write(&tx)?;
-    tx.commit()?;
-    Ok(Recovered {
-        attempts,
-        requests: ids.len(),
-    })
 }

@@ -1,0 +1,36 @@
+//! The write operations, as both engines' group-commit writers receive them.
+
+use super::{AttemptResult, BudgetLimit, NewAttempt, NewRequest, RequestResult};
+use crate::money::Money;
+
+#[derive(Debug)]
+pub enum Op {
+    Admit {
+        req: NewRequest,
+        budgets: Vec<BudgetLimit>,
+        /// The first attempt, written with the admission (one commit instead of two).
+        first: Option<NewAttempt>,
+    },
+    Refusal {
+        req: NewRequest,
+        error_code: String,
+    },
+    BeginAttempt(NewAttempt),
+    FinishAttempt(AttemptResult),
+    FinishRequest(RequestResult),
+    /// The last attempt and its request, completed together.
+    Finish(AttemptResult, RequestResult),
+    Settle {
+        request_id: String,
+        cost: Money,
+    },
+    TopUp {
+        request_id: String,
+        extra: Money,
+    },
+    Interrupt {
+        request_id: String,
+        reason: String,
+    },
+    Probe,
+}

@@ -1,0 +1,120 @@
+//! The budget books: SQLite's writer keeps the windows it touches in memory between
+//! commits (it is the file's only writer), so admission and settlement need not read
+//! them back.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::ops::{Holding, money_col};
+use crate::ledger::LedgerError;
+use crate::money::Money;
+use crate::policy::plan::Period;
+
+/// Budget windows and what in-flight requests hold in them, kept in memory by the one
+/// writer so that an admission and a settlement need not read them back: each window
+/// touched by a group is written once, when the group commits. The copy is dropped whenever it may
+/// be wrong: after a rollback, and when another connection (`purser settle`) has
+/// written to the file since this one last looked.
+#[derive(Default)]
+pub(super) struct Books {
+    pub(super) windows: HashMap<WindowKey, Window>,
+    /// What requests still in flight hold, as admitted by this writer.
+    pub(super) held: HashMap<String, Holding>,
+    /// SQLite's `data_version` when the books were last known right.
+    seen: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct WindowKey {
+    pub(super) policy: String,
+    pub(super) period: Period,
+    pub(super) start: String,
+}
+
+#[derive(Debug)]
+pub(super) struct Window {
+    /// `None` while the stored limit is unknown (a window first read to settle).
+    pub(super) limit: Option<Money>,
+    pub(super) spent: Money,
+    pub(super) reserved: Money,
+    pub(super) dirty: bool,
+}
+
+/// A bound on what the books keep; past it they start over from the file.
+const BOOKS_MAX: usize = 100_000;
+
+impl Books {
+    /// Start of a transaction (the write lock is held): forget everything if another
+    /// connection has committed since.
+    pub(super) fn check(&mut self, tx: &Connection) -> rusqlite::Result<()> {
+        let version: i64 = tx
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?;
+        if self.seen != Some(version)
+            || self.windows.len() > BOOKS_MAX
+            || self.held.len() > BOOKS_MAX
+        {
+            self.forget();
+            self.seen = Some(version);
+        }
+        Ok(())
+    }
+
+    pub(super) fn forget(&mut self) {
+        self.windows.clear();
+        self.held.clear();
+        self.seen = None;
+    }
+
+    /// The window, read from the file the first time it is needed.
+    pub(super) fn window(
+        &mut self,
+        tx: &Connection,
+        key: &WindowKey,
+    ) -> Result<&mut Window, LedgerError> {
+        if !self.windows.contains_key(key) {
+            let stored: Option<(String, String, String)> = tx
+                .prepare_cached("SELECT spent, reserved, limit_amount FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+                .query_row(params![key.policy, key.period.as_str(), key.start], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            let w = match stored {
+                Some((spent, reserved, limit)) => Window {
+                    limit: Some(money_col(limit)?),
+                    spent: money_col(spent)?,
+                    reserved: money_col(reserved)?,
+                    dirty: false,
+                },
+                None => Window {
+                    limit: None,
+                    spent: Money::ZERO,
+                    reserved: Money::ZERO,
+                    dirty: true,
+                },
+            };
+            self.windows.insert(key.clone(), w);
+        }
+        self.windows
+            .get_mut(key)
+            .ok_or_else(|| LedgerError::Corrupt("budget window vanished from memory".into()))
+    }
+
+    /// Write every window changed since the last commit, inside `tx`.
+    pub(super) fn write(&mut self, tx: &Connection) -> rusqlite::Result<()> {
+        for (key, w) in self.windows.iter_mut().filter(|(_, w)| w.dirty) {
+            let Some(limit) = w.limit else {
+                // Settled against a window the file never had: nothing to record it under.
+                continue;
+            };
+            tx.prepare_cached(
+                "INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (policy, period, window_start)
+                 DO UPDATE SET limit_amount = excluded.limit_amount, spent = excluded.spent, reserved = excluded.reserved",
+            )?
+            .execute(params![key.policy, key.period.as_str(), key.start, limit.to_string(), w.spent.to_string(), w.reserved.to_string()])?;
+            w.dirty = false;
+        }
+        Ok(())
+    }
+}

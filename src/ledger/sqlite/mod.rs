@@ -1,0 +1,275 @@
+//! The ledger in one SQLite file (WAL), for one gateway process: the embedded default.
+//!
+//! One write connection commits in groups: many concurrent requests share one
+//! transaction and each waits for its own commit. The group is committed by one of
+//! its callers, on the caller's thread, so a request costs no thread hand-off.
+//! Readers (audit, demo, CLI) open their own read-only connections on a blocking
+//! thread.
+
+pub mod audit;
+mod books;
+mod group;
+pub mod migrate;
+mod ops;
+pub mod read;
+mod recover;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rusqlite::Connection;
+use rusqlite::functions::{Aggregate, Context, FunctionFlags};
+use tokio::sync::oneshot;
+
+use super::{LedgerError, Op, Options, Recovered, Sync};
+use crate::money::Money;
+
+/// The writing side on one file.
+pub struct Store {
+    /// None when opened for reading only.
+    writer: Option<Arc<group::Writer>>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Open (creating or migrating) the file, and recover rows a previous process left
+    /// in flight.
+    pub fn open(path: &Path, opts: &Options) -> Result<(Store, Recovered), LedgerError> {
+        let mut conn = connect(path, opts)?;
+        migrate::migrate_to(&mut conn, migrate::latest())?;
+        let recovered = recover::recover(&mut conn)?;
+        Ok((
+            Store {
+                writer: Some(Arc::new(group::Writer::new(conn))),
+                path: path.to_path_buf(),
+            },
+            recovered,
+        ))
+    }
+
+    /// For reads beside a running gateway, on read-only connections: the file must
+    /// exist at this binary's schema version; nothing is migrated or recovered.
+    pub fn open_reader(path: &Path) -> Result<Store, LedgerError> {
+        if !path.exists() {
+            return Err(LedgerError::Corrupt(format!(
+                "{} does not exist",
+                path.display()
+            )));
+        }
+        let version = migrate::current_version_read(&read::open_reader(path)?)?;
+        if version != migrate::latest() {
+            return Err(LedgerError::Corrupt(format!(
+                "the ledger is at schema version {version}, this purser expects {}; run `purser migrate` on it first",
+                migrate::latest()
+            )));
+        }
+        Ok(Store {
+            writer: None,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn writable(&self) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.writable())
+    }
+
+    /// Queue the operation and let the other tasks that are ready now queue theirs.
+    /// Then, unless another caller has committed it meanwhile, commit the queue (or
+    /// leave it to the caller already committing on another thread).
+    pub async fn call(&self, op: Op) -> Result<(), LedgerError> {
+        let Some(w) = &self.writer else {
+            return Err(LedgerError::Unsupported(
+                "this ledger was opened for reading".into(),
+            ));
+        };
+        let (reply, mut rx) = oneshot::channel();
+        w.enqueue(group::Envelope { op, reply });
+        let mut cancelled = FlushOnDrop(Some(w));
+        let_others_run().await;
+        cancelled.0 = None;
+        match rx.try_recv() {
+            Ok(done) => return done,
+            // Committing ours now would cut short the group that others are still
+            // queueing into; a caller whose operation is already done does not.
+            Err(oneshot::error::TryRecvError::Empty) => w.flush(),
+            Err(oneshot::error::TryRecvError::Closed) => return Err(LedgerError::WriterGone),
+        }
+        rx.await.map_err(|_| LedgerError::WriterGone)?
+    }
+
+    /// Run `f` on a fresh read-only connection, on a blocking thread.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, LedgerError> + Send + 'static,
+    ) -> Result<T, LedgerError> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || f(&read::open_reader(&path)?))
+            .await
+            .map_err(|e| LedgerError::Corrupt(format!("a ledger read did not complete: {e}")))?
+    }
+}
+
+/// Step back once, behind every task that is already runnable, so that those reaching
+/// the ledger in the same turn queue their operations into this group. Unlike
+/// `tokio::task::yield_now`, which waits for the runtime to poll for I/O first (one
+/// `epoll_wait` per ledger call when traffic is light), the task is simply queued
+/// again. Measured at c=64: the same groups (~20 operations), 6-20% less CPU per
+/// request over four alternating runs; at c=1 one system call fewer per request.
+async fn let_others_run() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Commits whatever is queued if dropped while armed, so an operation whose caller
+/// went away (a cancelled request) is still written.
+struct FlushOnDrop<'a>(Option<&'a group::Writer>);
+
+impl Drop for FlushOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.0 {
+            w.flush();
+        }
+    }
+}
+
+/// Exact decimal sum over TEXT amounts, so SQL can total money without floats.
+pub(crate) struct DecimalSum;
+
+impl Aggregate<Money, String> for DecimalSum {
+    fn init(&self, _: &mut Context<'_>) -> rusqlite::Result<Money> {
+        Ok(Money::ZERO)
+    }
+    fn step(&self, ctx: &mut Context<'_>, acc: &mut Money) -> rusqlite::Result<()> {
+        // Borrow the text in place: this runs once per row of a spend report.
+        let text = match ctx.get_raw(0) {
+            rusqlite::types::ValueRef::Null => None,
+            rusqlite::types::ValueRef::Text(t) => Some(
+                std::str::from_utf8(t)
+                    .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?,
+            ),
+            other => {
+                return Err(rusqlite::Error::UserFunctionError(
+                    format!("dsum expects decimal TEXT, got {:?}", other.data_type()).into(),
+                ));
+            }
+        };
+        if let Some(v) = text {
+            let m: Money = v
+                .parse()
+                .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?;
+            *acc = acc
+                .checked_add(m)
+                .ok_or_else(|| rusqlite::Error::UserFunctionError("decimal overflow".into()))?;
+        }
+        Ok(())
+    }
+    fn finalize(&self, _: &mut Context<'_>, acc: Option<Money>) -> rusqlite::Result<String> {
+        Ok(acc.unwrap_or(Money::ZERO).to_string())
+    }
+}
+
+/// A connection on an existing ledger file at this binary's schema version.
+fn existing(path: &Path) -> Result<Connection, LedgerError> {
+    if !path.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} does not exist",
+            path.display()
+        )));
+    }
+    let conn = connect(path, &Options::default())?;
+    let version = migrate::current_version(&conn)?;
+    if version != migrate::latest() {
+        return Err(LedgerError::Corrupt(format!(
+            "the ledger is at schema version {version}, this purser expects {}; run `purser migrate` on it first",
+            migrate::latest()
+        )));
+    }
+    Ok(conn)
+}
+
+/// Settle an interrupted request directly in a ledger file (the `purser settle`
+/// command). Safe beside a running gateway: it takes SQLite's write lock like the
+/// writer does, and it never runs crash recovery, which would misread the running
+/// gateway's in-flight rows.
+pub fn settle_file(path: &Path, request_id: &str, cost: Money) -> Result<(), LedgerError> {
+    let mut conn = existing(path)?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut books = books::Books::default();
+    ops::settle(&tx, &mut books, request_id, cost)?;
+    books.write(&tx)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Apply the migrations to the file and stop (`purser migrate`).
+pub fn migrate_file(path: &Path) -> Result<u32, LedgerError> {
+    let mut conn = connect(path, &Options::default())?;
+    migrate::migrate_to(&mut conn, migrate::latest())
+}
+
+/// A consistent copy of the ledger at `path` into a new file `dest`, taken with
+/// SQLite's online backup in small steps so a running gateway keeps writing.
+pub fn backup_file(path: &Path, dest: &Path) -> Result<(), LedgerError> {
+    if !path.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} does not exist",
+            path.display()
+        )));
+    }
+    if dest.exists() {
+        return Err(LedgerError::Corrupt(format!(
+            "{} already exists; purser backup never overwrites a file",
+            dest.display()
+        )));
+    }
+    let src = read::open_reader(path)?;
+    let mut dst = Connection::open(dest)?;
+    let backup = rusqlite::backup::Backup::new(&src, &mut dst)?;
+    backup.run_to_completion(256, std::time::Duration::from_millis(5), None)?;
+    Ok(())
+}
+
+/// Open a connection with purser's settings and functions.
+pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    // The writer cycles through more distinct statements than rusqlite's default cache
+    // of 16 holds; re-preparing them on every operation cost more than running them.
+    conn.set_prepared_statement_cache_capacity(128);
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Savepoints keep a statement journal per operation; in memory it costs no file
+    // writes (the WAL carries durability, not the journal of a savepoint).
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(
+        None,
+        "synchronous",
+        match opts.sync {
+            Sync::Normal => "NORMAL",
+            Sync::Full => "FULL",
+        },
+    )?;
+    if let Some(n) = opts.max_page_count {
+        conn.pragma_update(None, "max_page_count", i64::try_from(n).unwrap_or(i64::MAX))?;
+    }
+    conn.create_aggregate_function(
+        "dsum",
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        DecimalSum,
+    )?;
+    Ok(conn)
+}
