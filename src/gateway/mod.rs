@@ -96,6 +96,20 @@ impl GatewayError {
         }
     }
 
+    /// `model` is not one `policy` allows; the error lists those it does.
+    fn model_not_allowed(policy: &Policy, model: String) -> GatewayError {
+        GatewayError::ModelNotAllowed {
+            model,
+            policy: policy.id.to_string(),
+            allowed: policy
+                .routes
+                .keys()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
     /// The request field at fault, if any.
     pub fn param(&self) -> Option<&str> {
         match self {
@@ -452,20 +466,14 @@ impl Engine {
         // A name longer than any configured one can only be refused: it is, before it
         // costs a ledger row (a 1 MB model name is not worth writing 1 MB for).
         if parsed.model.len() > active.longest_model {
-            return Err(refused(GatewayError::ModelNotAllowed {
-                model: format!(
+            return Err(refused(GatewayError::model_not_allowed(
+                policy,
+                format!(
                     "{}… ({} bytes, longer than any configured model name)",
                     parsed.model.chars().take(64).collect::<String>(),
                     parsed.model.len()
                 ),
-                policy: policy.id.to_string(),
-                allowed: policy
-                    .routes
-                    .keys()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }));
+            )));
         }
         let request_id = ulid::Ulid::generate().to_string();
         span.record("request_id", request_id.as_str());
@@ -569,16 +577,10 @@ impl Engine {
         parsed: &Parsed,
     ) -> Result<selection::Selected, GatewayError> {
         let Some(route) = policy.routes.get(parsed.model.as_str()) else {
-            return Err(GatewayError::ModelNotAllowed {
-                model: parsed.model.clone(),
-                policy: policy.id.to_string(),
-                allowed: policy
-                    .routes
-                    .keys()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+            return Err(GatewayError::model_not_allowed(
+                policy,
+                parsed.model.clone(),
+            ));
         };
         let mut text = parsed.text_bytes;
         if parsed.images > 0 {

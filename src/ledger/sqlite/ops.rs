@@ -201,6 +201,19 @@ pub(super) struct Holding {
     pub(super) interrupted: bool,
 }
 
+/// What the request holds, out of the writer's memory if it admitted the request,
+/// else as stored.
+fn take_holding(
+    tx: &Connection,
+    books: &mut Books,
+    request_id: &str,
+) -> Result<Option<Holding>, LedgerError> {
+    match books.held.remove(request_id) {
+        Some(h) => Ok(Some(h)),
+        None => holding(tx, request_id),
+    }
+}
+
 pub(super) fn holding(tx: &Connection, request_id: &str) -> Result<Option<Holding>, LedgerError> {
     let row: Option<(String, String, Option<String>, String)> = tx
         .prepare_cached(
@@ -245,10 +258,7 @@ fn finish_request(
     books: &mut Books,
     r: &RequestResult,
 ) -> Result<(), LedgerError> {
-    let held = match books.held.remove(&r.request_id) {
-        Some(h) => Some(h),
-        None => holding(tx, &r.request_id)?,
-    };
+    let held = take_holding(tx, books, &r.request_id)?;
     let n = tx
         .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5, reserved_in = NULL WHERE id = ?1")?
         .execute(params![r.request_id, r.outcome.as_str(), r.error_code, r.served_by, r.cost.to_string()])?;
@@ -339,10 +349,7 @@ fn top_up(
     request_id: &str,
     extra: Money,
 ) -> Result<(), LedgerError> {
-    let held = match books.held.remove(request_id) {
-        Some(h) => Some(h),
-        None => holding(tx, request_id)?,
-    };
+    let held = take_holding(tx, books, request_id)?;
     let Some(mut h) = held else {
         return Ok(());
     };
@@ -414,22 +421,16 @@ fn interrupt(
          WHERE request_id = ?1 AND state = 'in_flight'",
     )?
     .execute(params![request_id, reason])?;
-    let charged: String = tx
+    // One pass over the attempts: what may have been charged, and what was billed.
+    let (charged, cost): (String, String) = tx
         .prepare_cached(
-            "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE '0' END), '0')
+            "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE '0' END), '0'),
+                    COALESCE(dsum(CASE billing WHEN 'billed' THEN cost ELSE '0' END), '0')
              FROM attempts WHERE request_id = ?1",
         )?
-        .query_row(params![request_id], |r| r.get(0))?;
+        .query_row(params![request_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let charged = money_col(charged)?;
-    let cost: String = tx
-        .prepare_cached(
-            "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost ELSE '0' END), '0') FROM attempts WHERE request_id = ?1",
-        )?
-        .query_row(params![request_id], |r| r.get(0))?;
-    let held = match books.held.remove(request_id) {
-        Some(h) => Some(h),
-        None => holding(tx, request_id)?,
-    };
+    let held = take_holding(tx, books, request_id)?;
     // Like recovery, the request keeps a holding (now in `spent`) until it finishes
     // late or an operator settles it; its amount becomes what was charged.
     let reserved_in: Option<String> = held.as_ref().map(|h| reserved_in(&h.windows));
