@@ -72,7 +72,40 @@ enum Engine {
     Postgres(String),
 }
 
-async fn open(engine: &Engine) -> (Ledger, Option<tempfile::TempDir>) {
+/// What a run leaves behind, removed when it is dropped.
+enum Scratch {
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Schema { base: String, name: String },
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Scratch::Schema { base, name } = self {
+            // A blocking client in a thread of its own: this runs inside the runtime.
+            let (base, name) = (base.clone(), name.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                        .await
+                        .unwrap();
+                    tokio::spawn(conn);
+                    client
+                        .batch_execute(&format!("DROP SCHEMA {name} CASCADE"))
+                        .await
+                        .unwrap();
+                });
+            })
+            .join()
+            .unwrap();
+        }
+    }
+}
+
+async fn open(engine: &Engine) -> (Ledger, Scratch) {
     match engine {
         Engine::Sqlite(sync) => {
             let dir = tempfile::tempdir().unwrap();
@@ -81,7 +114,7 @@ async fn open(engine: &Engine) -> (Ledger, Option<tempfile::TempDir>) {
                 ..Options::default()
             };
             let (l, _) = Ledger::open(&dir.path().join("bench.db"), opts).unwrap();
-            (l, Some(dir))
+            (l, Scratch::Dir(dir))
         }
         Engine::Postgres(base) => {
             let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
@@ -103,7 +136,13 @@ async fn open(engine: &Engine) -> (Ledger, Option<tempfile::TempDir>) {
                 ..Options::default()
             };
             let (l, _) = Ledger::open_at(&Target::Postgres(url), opts).await.unwrap();
-            (l, None)
+            (
+                l,
+                Scratch::Schema {
+                    base: base.clone(),
+                    name: schema,
+                },
+            )
         }
     }
 }

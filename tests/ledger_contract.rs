@@ -258,7 +258,7 @@ async fn concurrent_admissions_never_pass_the_cap(db: Db) {
     }
     assert_eq!((admitted.len(), refused), (50, 150));
     let refusals = Filter {
-        outcome: Some(RequestOutcome::Refused),
+        outcome: Some(RequestOutcome::Ended(Outcome::Refused)),
         ..Filter::default()
     };
     let page = l.requests(refusals, 1000, None).await.unwrap();

@@ -82,3 +82,104 @@ CREATE INDEX attempts_by_start ON attempts (started_at, provider, billing, cost,
 -- only rows in flight, so they stay small.
 CREATE INDEX requests_in_flight ON requests (replica) WHERE outcome = 'in_flight';
 CREATE INDEX attempts_in_flight ON attempts (replica) WHERE state = 'in_flight';
+
+-- Admission of one group of requests, in the order given. Every budget change is one
+-- conditional statement: PostgreSQL locks the window row and checks
+-- `spent + reserved + amount <= limit` on its newest version, so replicas sharing a
+-- window can never together pass its limit, and nothing is read first and written
+-- after.
+--
+-- First, each window the group touches is asked for the sum of the group's worst cases
+-- at once: far from the limit every window takes it, and the whole group is admitted
+-- in one statement per window. Otherwise what was taken is given back and the requests
+-- go one by one: a request is admitted only if every window of its own took it, and
+-- when a later window refuses, what the earlier ones took is given back at once.
+--
+-- Windows come flattened and grouped by request: `w_req[k]` is the (1-based) request
+-- that window k belongs to. Answers, per request, NULL when admitted, or the period of
+-- the window that refused it.
+CREATE FUNCTION purser_reserve(
+    p_policy text, p_period text, p_start timestamptz, p_limit numeric, p_amount numeric
+) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE budget_windows w SET reserved = w.reserved + p_amount, limit_amount = p_limit
+    WHERE w.policy = p_policy AND w.period = p_period AND w.window_start = p_start
+      AND w.spent + w.reserved + p_amount <= p_limit;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    -- No row, or no room: a window seen for the first time is created holding the
+    -- amount (when it fits at all); a concurrent creation makes this the update above.
+    INSERT INTO budget_windows AS w (policy, period, window_start, limit_amount, spent, reserved)
+    SELECT p_policy, p_period, p_start, p_limit, 0, p_amount WHERE p_amount <= p_limit
+    ON CONFLICT (policy, period, window_start) DO UPDATE
+        SET reserved = w.reserved + excluded.reserved, limit_amount = excluded.limit_amount
+        WHERE w.spent + w.reserved + excluded.reserved <= excluded.limit_amount;
+    RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION purser_unreserve(
+    p_policy text, p_period text, p_start timestamptz, p_amount numeric
+) RETURNS void LANGUAGE sql AS $$
+    UPDATE budget_windows w SET reserved = w.reserved - p_amount
+    WHERE w.policy = p_policy AND w.period = p_period AND w.window_start = p_start
+$$;
+
+CREATE FUNCTION purser_admit(
+    r_policy text[], r_worst numeric[],
+    w_req integer[], w_period text[], w_start timestamptz[], w_limit numeric[]
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    refused text[] := array_fill(NULL::text, ARRAY[coalesce(cardinality(r_policy), 0)]);
+    whole record;
+    -- The windows that took the group's sum, to give it back if another did not.
+    t_policy text[] := '{}';
+    t_period text[] := '{}';
+    t_start timestamptz[] := '{}';
+    t_amount numeric[] := '{}';
+    all_fit boolean := true;
+    first integer := 1; -- the current request's first window
+    i integer;
+BEGIN
+    -- The whole group at once, window by window.
+    FOR whole IN
+        SELECT r_policy[t.req] AS policy, t.period, t.start, min(t.lim) AS lim,
+               sum(r_worst[t.req]) AS amount
+        FROM unnest(w_req, w_period, w_start, w_limit) AS t (req, period, start, lim)
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+    LOOP
+        IF purser_reserve(whole.policy, whole.period, whole.start, whole.lim, whole.amount) THEN
+            t_policy := t_policy || whole.policy;
+            t_period := t_period || whole.period;
+            t_start := t_start || whole.start;
+            t_amount := t_amount || whole.amount;
+        ELSE
+            all_fit := false;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF all_fit THEN
+        RETURN refused;
+    END IF;
+    FOR t IN 1 .. cardinality(t_policy) LOOP
+        PERFORM purser_unreserve(t_policy[t], t_period[t], t_start[t], t_amount[t]);
+    END LOOP;
+
+    -- One by one.
+    FOR k IN 1 .. coalesce(cardinality(w_req), 0) LOOP
+        IF k = 1 OR w_req[k] <> w_req[k - 1] THEN
+            first := k;
+        END IF;
+        i := w_req[k];
+        CONTINUE WHEN refused[i] IS NOT NULL;
+        IF NOT purser_reserve(r_policy[i], w_period[k], w_start[k], w_limit[k], r_worst[i]) THEN
+            refused[i] := w_period[k];
+            FOR t IN first .. k - 1 LOOP
+                PERFORM purser_unreserve(r_policy[i], w_period[t], w_start[t], r_worst[i]);
+            END LOOP;
+        END IF;
+    END LOOP;
+    RETURN refused;
+END
+$$;

@@ -9,38 +9,37 @@
 
 use serde::Serialize;
 
-use super::LedgerError;
 use super::read::{AttemptRow, BudgetRow, RequestRow};
+use super::{LedgerError, Outcome};
 use crate::money::Money;
 
 /// Largest page of `requests`.
 pub const MAX_LIMIT: u32 = 1000;
 pub const DEFAULT_LIMIT: u32 = 100;
 
+/// A request row's `outcome` column: in flight, ended on its own path (the
+/// `Outcome` the gateway records), or interrupted (recovered after a crash, or given
+/// up on) until an operator settles it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
     InFlight,
-    Served,
-    Refused,
-    Failed,
+    Ended(Outcome),
     Interrupted,
 }
 
 impl RequestOutcome {
     pub const ALL: [RequestOutcome; 5] = [
         RequestOutcome::InFlight,
-        RequestOutcome::Served,
-        RequestOutcome::Refused,
-        RequestOutcome::Failed,
+        RequestOutcome::Ended(Outcome::Served),
+        RequestOutcome::Ended(Outcome::Refused),
+        RequestOutcome::Ended(Outcome::Failed),
         RequestOutcome::Interrupted,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             RequestOutcome::InFlight => "in_flight",
-            RequestOutcome::Served => "served",
-            RequestOutcome::Refused => "refused",
-            RequestOutcome::Failed => "failed",
+            RequestOutcome::Ended(o) => o.as_str(),
             RequestOutcome::Interrupted => "interrupted",
         }
     }

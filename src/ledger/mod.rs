@@ -197,6 +197,8 @@ impl Decision {
     }
 }
 
+/// How a request ended on its own path, as the gateway records it. The column also
+/// holds the states no request ends in by itself: `audit::RequestOutcome`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

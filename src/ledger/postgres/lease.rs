@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Client, Pool};
 
-use super::{Replica, client, sql, writer};
+use super::{Replica, client, later, sql};
 use crate::ledger::{LedgerError, Recovered};
 
 const RECOVERED_HERE: &str =
@@ -74,7 +74,7 @@ async fn recover(
             .iter()
             .map(|r| r.try_get(0))
             .collect::<Result<_, _>>()?;
-        let (_, requests) = writer::interrupt(c, &ids, reason).await?;
+        let (_, requests) = later::interrupt(c, &ids, reason).await?;
         Ok::<_, LedgerError>(Recovered {
             attempts: usize::try_from(attempts).unwrap_or(usize::MAX),
             requests: usize::try_from(requests).unwrap_or(usize::MAX),

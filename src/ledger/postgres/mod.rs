@@ -6,10 +6,13 @@
 //! lease (`lease`): rows it leaves in flight carry its id, and are recovered by it at
 //! restart, or by any live replica once its lease has expired.
 
+mod batch;
+mod later;
 mod lease;
 mod migrate;
 pub mod read;
 mod sql;
+mod window;
 mod writer;
 
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::NoTls;
 
 pub use migrate::{MIGRATIONS, latest as latest_version};
-pub use writer::window_start_at;
+pub use window::window_start_at;
 
 use super::{AttemptResult, LedgerError, Op, Recovered};
 

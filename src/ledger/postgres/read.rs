@@ -368,7 +368,7 @@ pub async fn current_budgets(
         .await?;
     let mut out = Vec::with_capacity(configured.len());
     for (policy, b) in configured {
-        let start = super::writer::window_start_at(b.period, now);
+        let start = super::window_start_at(b.period, now);
         let (spent, reserved) = match c
             .query_opt(&st, &[policy, &b.period.as_str(), &start])
             .await?

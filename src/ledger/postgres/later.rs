@@ -1,0 +1,214 @@
+//! The operations that read before they decide (operator settlement, the failover
+//! top-up, a live process giving up on a request), run one at a time after a group's
+//! statements, in the same transaction; and the figures of a refused admission.
+
+use deadpool_postgres::Client;
+use rust_decimal::Decimal;
+use time::OffsetDateTime;
+
+use super::{sql, window_start_at};
+use crate::ledger::{BudgetLimit, LedgerError, NewRequest, Op};
+use crate::money::Money;
+
+fn dec(m: Money) -> Decimal {
+    m.decimal()
+}
+
+/// The refusal of an admission that `period`'s window had no room for (as
+/// `purser_admit` reported it, having given back what the other windows took), with
+/// that window's figures as they stand.
+pub async fn exhausted(
+    client: &Client,
+    req: &NewRequest,
+    budgets: &[BudgetLimit],
+    period: &str,
+) -> Result<LedgerError, LedgerError> {
+    let culprit = budgets
+        .iter()
+        .find(|b| b.period.as_str() == period)
+        .ok_or_else(|| LedgerError::Corrupt(format!("refused by an unknown period {period}")))?;
+    let periods = [culprit.period.as_str()];
+    let starts = [window_start_at(culprit.period, req.received_at)];
+    let st = client.prepare_cached(sql::WINDOWS).await?;
+    let row = client
+        .query_opt(&st, &[&req.policy, &periods.as_slice(), &starts.as_slice()])
+        .await?;
+    let (spent, reserved) = match row {
+        Some(row) => (Money::new(row.try_get(2)?), Money::new(row.try_get(3)?)),
+        // The worst case alone exceeds the limit: the window was never created.
+        None => (Money::ZERO, Money::ZERO),
+    };
+    Ok(LedgerError::BudgetExhausted {
+        policy: req.policy.clone(),
+        period: culprit.period.as_str(),
+        limit: culprit.limit,
+        spent,
+        reserved,
+        remaining: culprit.limit.saturating_sub(spent + reserved),
+        needed: req.worst_case,
+    })
+}
+
+/// An operation that reads before it decides, run alone after the group's statements.
+pub async fn apply(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, LedgerError> {
+    match op {
+        Op::Settle { request_id, cost } => settle(client, request_id, *cost).await,
+        Op::TopUp { request_id, extra } => top_up(client, request_id, *extra).await,
+        Op::Interrupt { request_id, reason } => {
+            let st = client.prepare_cached(sql::INTERRUPT_ONE).await?;
+            client.query_one(&st, &[request_id, reason]).await?;
+            Ok(Ok(()))
+        }
+        _ => Ok(Err(LedgerError::Corrupt(
+            "an operation without a later step".into(),
+        ))),
+    }
+}
+
+/// Operator settlement of an interrupted request: `cost` is what its interrupted
+/// attempt(s) really cost. The same rules as on SQLite (`sqlite::ops::settle`).
+async fn settle(
+    client: &Client,
+    request_id: &str,
+    cost: Money,
+) -> Result<Result<(), LedgerError>, LedgerError> {
+    let not_settleable = |why: String| {
+        Ok(Err(LedgerError::NotSettleable {
+            request_id: request_id.to_string(),
+            why,
+        }))
+    };
+    let row = client
+        .query_opt(
+            "SELECT outcome, reserved_periods IS NOT NULL FROM requests WHERE id = $1 FOR UPDATE",
+            &[&request_id],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Ok(Err(LedgerError::UnknownRequest(request_id.to_string())));
+    };
+    let outcome: String = row.try_get(0)?;
+    let holds: bool = row.try_get(1)?;
+    if outcome != "interrupted" {
+        return not_settleable(format!(
+            "it is `{outcome}`; only interrupted requests are settled by hand"
+        ));
+    }
+    let open: Vec<i32> = client
+        .query(
+            "SELECT seq FROM attempts WHERE request_id = $1 AND state = 'interrupted' AND billing = 'maybe_billed' ORDER BY seq",
+            &[&request_id],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    if open.is_empty() && !holds {
+        return not_settleable("it is already settled".into());
+    }
+    if open.is_empty() && cost.is_positive() {
+        return not_settleable(
+            "no attempt of it may have been billed, so its cost can only be settled to 0".into(),
+        );
+    }
+    for (i, s) in open.iter().enumerate() {
+        let (amount, billing) = match (i, cost.is_positive()) {
+            (0, true) => (cost, "billed"),
+            _ => (Money::ZERO, "not_billed"),
+        };
+        client
+            .execute(
+                "UPDATE attempts SET billing = $3, cost = $4,
+                 reason = COALESCE(reason, '') || '; settled by an operator to ' || $5
+                 WHERE request_id = $1 AND seq = $2",
+                &[&request_id, s, &billing, &dec(amount), &amount.to_string()],
+            )
+            .await?;
+    }
+    let total: Decimal = client
+        .query_one(
+            "SELECT COALESCE(sum(cost), 0) FROM attempts WHERE request_id = $1",
+            &[&request_id],
+        )
+        .await?
+        .try_get(0)?;
+    let st = client.prepare_cached(sql::SETTLE_REQUEST).await?;
+    client
+        .query_one(&st, &[&request_id, &Money::new(total).decimal()])
+        .await?;
+    Ok(Ok(()))
+}
+
+/// Interrupt the given in-flight requests and their in-flight attempts: charged at
+/// their worst case, their reservations moved to spent (recovery, and a live
+/// process's sweep). Returns (attempts, requests) interrupted.
+pub async fn interrupt(
+    client: &Client,
+    ids: &[String],
+    reason: &str,
+) -> Result<(u64, u64), LedgerError> {
+    let a = client.prepare_cached(sql::INTERRUPT_ATTEMPTS).await?;
+    let r = client.prepare_cached(sql::INTERRUPT_REQUESTS).await?;
+    let attempts = client.execute(&a, &[&ids, &reason]).await?;
+    let requests: i64 = client.query_one(&r, &[&ids]).await?.try_get(0)?;
+    Ok((attempts, u64::try_from(requests).unwrap_or(0)))
+}
+
+/// Raise an in-flight request's reservation by `extra` in every window it holds, all
+/// or none (`sql::TOP_UP`). `Ok(Err(BudgetExhausted))`: a window had no room; nothing
+/// changed. A request that holds nothing, or is no longer in flight, has nothing to
+/// raise (as on SQLite).
+async fn top_up(
+    client: &Client,
+    request_id: &str,
+    extra: Money,
+) -> Result<Result<(), LedgerError>, LedgerError> {
+    if !extra.is_positive() {
+        return Ok(Ok(()));
+    }
+    let st = client.prepare_cached(sql::TOP_UP).await?;
+    let row = client.query_one(&st, &[&request_id, &dec(extra)]).await?;
+    let found: bool = row.try_get(0)?;
+    if !found {
+        return Ok(Ok(()));
+    }
+    let policy: String = row.try_get(1)?;
+    let windows: i64 = row.try_get(2)?;
+    let took: Vec<String> = row.try_get(3)?;
+    let starts: Vec<OffsetDateTime> = row.try_get(4)?;
+    let raised: i64 = row.try_get(5)?;
+    if raised > 0 || windows == 0 {
+        return Ok(Ok(()));
+    }
+    if !took.is_empty() {
+        let st = client.prepare_cached(sql::UNRESERVE).await?;
+        client
+            .execute(&st, &[&policy, &took, &starts, &dec(extra)])
+            .await?;
+    }
+    // The window that had no room: one the top-up did not take.
+    let row = client
+        .query_one(
+            "SELECT w.period, w.limit_amount, w.spent, w.reserved
+             FROM requests q, unnest(q.reserved_periods) AS x (period), budget_windows w
+             WHERE q.id = $1 AND w.policy = q.policy AND w.period = x.period
+               AND w.window_start = date_trunc(x.period, q.received_at, 'UTC')
+               AND NOT (x.period = ANY ($2))
+             ORDER BY w.period LIMIT 1",
+            &[&request_id, &took],
+        )
+        .await?;
+    let period: String = row.try_get(0)?;
+    let limit = Money::new(row.try_get(1)?);
+    let spent = Money::new(row.try_get(2)?);
+    let reserved = Money::new(row.try_get(3)?);
+    Ok(Err(LedgerError::BudgetExhausted {
+        policy,
+        period: if period == "month" { "month" } else { "day" },
+        limit,
+        spent,
+        reserved,
+        remaining: limit.saturating_sub(spent + reserved),
+        needed: extra,
+    }))
+}
