@@ -35,6 +35,7 @@ pub async fn fresh_schema(test: &str) -> Option<String> {
         Err(e) => return skip(test, &format!("PostgreSQL at {VAR} cannot be reached: {e}")),
     };
     tokio::spawn(conn);
+    sweep_old_schemas(&client).await;
     static N: AtomicU32 = AtomicU32::new(0);
     let schema = format!(
         "purser_t_{}_{}_{}",
@@ -47,6 +48,34 @@ pub async fn fresh_schema(test: &str) -> Option<String> {
         .await
         .unwrap();
     Some(with_schema(&base, &schema))
+}
+
+/// Drop the schemas of test runs that ended over an hour ago (their names end in a
+/// ULID, whose first ten characters are its time): the server outlives runs, and a
+/// run that is still going is never older than that.
+async fn sweep_old_schemas(client: &tokio_postgres::Client) {
+    let cutoff = ulid::Ulid::from_datetime(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+    )
+    .to_string()
+    .to_lowercase();
+    let Ok(rows) = client
+        .query(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'purser\\_t\\_%' \
+             AND right(nspname, 26) < $1",
+            &[&cutoff],
+        )
+        .await
+    else {
+        return;
+    };
+    for row in rows {
+        let name: String = row.get(0);
+        // Another run may be sweeping the same schema; either drop is enough.
+        let _ = client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+            .await;
+    }
 }
 
 /// `base` with its search path set to `schema` (every connection purser opens on the
