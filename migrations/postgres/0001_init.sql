@@ -97,7 +97,7 @@ CREATE INDEX attempts_in_flight ON attempts (replica) WHERE state = 'in_flight';
 --
 -- Windows come flattened and grouped by request: `w_req[k]` is the (1-based) request
 -- that window k belongs to. Answers, per request, NULL when admitted, or the period of
--- the window that refused it.
+-- the window that refused it with that window's spent and reserved amounts then.
 CREATE FUNCTION purser_reserve(
     p_policy text, p_period text, p_start timestamptz, p_limit numeric, p_amount numeric
 ) RETURNS boolean LANGUAGE plpgsql AS $$
@@ -128,10 +128,10 @@ $$;
 
 CREATE FUNCTION purser_admit(
     r_policy text[], r_worst numeric[],
-    w_req integer[], w_period text[], w_start timestamptz[], w_limit numeric[]
-) RETURNS text[] LANGUAGE plpgsql AS $$
+    w_req integer[], w_period text[], w_start timestamptz[], w_limit numeric[],
+    OUT refused text[], OUT spent numeric[], OUT reserved numeric[]
+) LANGUAGE plpgsql AS $$
 DECLARE
-    refused text[] := array_fill(NULL::text, ARRAY[coalesce(cardinality(r_policy), 0)]);
     whole record;
     -- The windows that took the group's sum, to give it back if another did not.
     t_policy text[] := '{}';
@@ -139,9 +139,14 @@ DECLARE
     t_start timestamptz[] := '{}';
     t_amount numeric[] := '{}';
     all_fit boolean := true;
+    at_spent numeric;
+    at_reserved numeric;
     first integer := 1; -- the current request's first window
     i integer;
 BEGIN
+    refused := array_fill(NULL::text, ARRAY[coalesce(cardinality(r_policy), 0)]);
+    spent := array_fill(NULL::numeric, ARRAY[coalesce(cardinality(r_policy), 0)]);
+    reserved := spent;
     -- The whole group at once, window by window.
     FOR whole IN
         SELECT r_policy[t.req] AS policy, t.period, t.start, min(t.lim) AS lim,
@@ -160,7 +165,7 @@ BEGIN
         END IF;
     END LOOP;
     IF all_fit THEN
-        RETURN refused;
+        RETURN;
     END IF;
     FOR t IN 1 .. cardinality(t_policy) LOOP
         PERFORM purser_unreserve(t_policy[t], t_period[t], t_start[t], t_amount[t]);
@@ -175,11 +180,16 @@ BEGIN
         CONTINUE WHEN refused[i] IS NOT NULL;
         IF NOT purser_reserve(r_policy[i], w_period[k], w_start[k], w_limit[k], r_worst[i]) THEN
             refused[i] := w_period[k];
+            -- The refusing window's figures, for the client's error (none: the worst
+            -- case alone is over the limit, and the window was never created).
+            SELECT w.spent, w.reserved INTO at_spent, at_reserved FROM budget_windows w
+            WHERE w.policy = r_policy[i] AND w.period = w_period[k] AND w.window_start = w_start[k];
+            spent[i] := at_spent;
+            reserved[i] := at_reserved;
             FOR t IN first .. k - 1 LOOP
                 PERFORM purser_unreserve(r_policy[i], w_period[t], w_start[t], r_worst[i]);
             END LOOP;
         END IF;
     END LOOP;
-    RETURN refused;
 END
 $$;

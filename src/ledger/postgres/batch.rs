@@ -16,6 +16,7 @@ use super::{later, sql, window_start_at};
 use crate::ledger::{
     AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Op, RequestResult,
 };
+use crate::money::Money;
 
 type Param<'a> = &'a (dyn ToSql + Sync);
 
@@ -250,15 +251,40 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// Apply `ops` inside the caller's transaction. The outer `Err` means a statement
-/// failed and the transaction is spoiled; the inner results are each operation's own
-/// fate (a refused admission, an unknown request).
+/// Who opens and ends the transaction `apply` runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tx {
+    /// The caller has begun it and commits it after (the group has operations that
+    /// read before they decide, run here one at a time after the statements).
+    Open,
+    /// `apply` sends `BEGIN`, the statements and `COMMIT` together: one round trip.
+    Whole,
+}
+
+/// Whether `op` reads before it decides, and so needs `Tx::Open`.
+pub fn reads_first(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. }
+    )
+}
+
+/// Apply `ops` in one transaction. The outer `Err` means nothing was applied (a
+/// statement failed and the transaction was rolled back, or is spoiled for the caller
+/// to roll back); the inner results are each operation's own fate (a refused
+/// admission, an unknown request).
 pub async fn apply(
     client: &Client,
     replica: &str,
     ops: &[&Op],
+    tx: Tx,
 ) -> Result<Vec<Result<(), LedgerError>>, LedgerError> {
     let b = Batch::of(ops);
+    if tx == Tx::Whole && !b.later.is_empty() {
+        return Err(LedgerError::Corrupt(
+            "an operation that reads first, in a group sent whole".into(),
+        ));
+    }
     let mut results: Vec<Result<(), LedgerError>> = ops.iter().map(|_| Ok(())).collect();
 
     // Prepared first (cached after the first group), so that the statements below
@@ -325,20 +351,33 @@ pub async fn apply(
         .collect();
 
     let probe_params: [Param<'_>; 1] = [&replica];
-    let (_, found_attempts, found_requests, refused, _, _) = tokio::try_join!(
-        when(
-            !b.refusal_at.is_empty(),
-            client.execute(&refusals, &refusal_params)
-        ),
-        when(!f.at.is_empty(), client.query(&finished, &finished_params)),
-        when(!e.at.is_empty(), client.query(&ended, &ended_params)),
-        when(!a.at.is_empty(), client.query_one(&admit, &admit_params)),
-        when(
-            !b.begin_at.is_empty(),
-            client.execute(&begins, &begin_params)
-        ),
-        when(b.probe, client.execute(&probe, &probe_params)),
-    )?;
+    let whole = tx == Tx::Whole;
+    // Polled together, each sends at its first poll, in this order. Should a statement
+    // fail, the ones after it fail too (the transaction is aborted) and a `COMMIT`
+    // sent with them only rolls back.
+    let (begun, statements, committed) = tokio::join!(
+        when(whole, client.batch_execute(sql::BEGIN_WRITE)),
+        async {
+            tokio::try_join!(
+                when(
+                    !b.refusal_at.is_empty(),
+                    client.execute(&refusals, &refusal_params)
+                ),
+                when(!f.at.is_empty(), client.query(&finished, &finished_params)),
+                when(!e.at.is_empty(), client.query(&ended, &ended_params)),
+                when(!a.at.is_empty(), client.query_one(&admit, &admit_params)),
+                when(
+                    !b.begin_at.is_empty(),
+                    client.execute(&begins, &begin_params)
+                ),
+                when(b.probe, client.execute(&probe, &probe_params)),
+            )
+        },
+        when(whole, client.batch_execute("COMMIT")),
+    );
+    begun?;
+    let (_, found_attempts, found_requests, refused, _, _) = statements?;
+    committed?;
 
     if let Some(rows) = found_attempts {
         for at in missing(&f.at, &rows)? {
@@ -353,12 +392,23 @@ pub async fn apply(
     }
     if let Some(row) = refused {
         let refused: Vec<Option<String>> = row.try_get(0)?;
+        let spent: Vec<Option<Decimal>> = row.try_get(1)?;
+        let reserved: Vec<Option<Decimal>> = row.try_get(2)?;
         for (n, period) in refused.iter().enumerate() {
             let (Some(period), Some(&at)) = (period, a.at.get(n)) else {
                 continue;
             };
             if let Op::Admit { req, budgets, .. } = ops[at] {
-                results[at] = Err(later::exhausted(client, req, budgets, period).await?);
+                let figure = |v: &[Option<Decimal>]| {
+                    Money::new(v.get(n).copied().flatten().unwrap_or_default())
+                };
+                results[at] = Err(exhausted(
+                    req,
+                    budgets,
+                    period,
+                    figure(&spent),
+                    figure(&reserved),
+                ));
             }
         }
     }
@@ -366,6 +416,29 @@ pub async fn apply(
         results[at] = later::apply(client, ops[at]).await?;
     }
     Ok(results)
+}
+
+/// The refusal of an admission that `period`'s window had no room for, as
+/// `purser_admit` reported it (having given back what the other windows took).
+fn exhausted(
+    req: &NewRequest,
+    budgets: &[BudgetLimit],
+    period: &str,
+    spent: Money,
+    reserved: Money,
+) -> LedgerError {
+    let Some(culprit) = budgets.iter().find(|b| b.period.as_str() == period) else {
+        return LedgerError::Corrupt(format!("refused by a period it does not have: {period}"));
+    };
+    LedgerError::BudgetExhausted {
+        policy: req.policy.clone(),
+        period: culprit.period.as_str(),
+        limit: culprit.limit,
+        spent,
+        reserved,
+        remaining: culprit.limit.saturating_sub(spent + reserved),
+        needed: req.worst_case,
+    }
 }
 
 /// Run `fut` only when `needed`: an empty kind sends no statement.

@@ -1,52 +1,17 @@
 //! The operations that read before they decide (operator settlement, the failover
 //! top-up, a live process giving up on a request), run one at a time after a group's
-//! statements, in the same transaction; and the figures of a refused admission.
+//! statements, in the same transaction.
 
 use deadpool_postgres::Client;
 use rust_decimal::Decimal;
 use time::OffsetDateTime;
 
-use super::{sql, window_start_at};
-use crate::ledger::{BudgetLimit, LedgerError, NewRequest, Op};
+use super::sql;
+use crate::ledger::{LedgerError, Op};
 use crate::money::Money;
 
 fn dec(m: Money) -> Decimal {
     m.decimal()
-}
-
-/// The refusal of an admission that `period`'s window had no room for (as
-/// `purser_admit` reported it, having given back what the other windows took), with
-/// that window's figures as they stand.
-pub async fn exhausted(
-    client: &Client,
-    req: &NewRequest,
-    budgets: &[BudgetLimit],
-    period: &str,
-) -> Result<LedgerError, LedgerError> {
-    let culprit = budgets
-        .iter()
-        .find(|b| b.period.as_str() == period)
-        .ok_or_else(|| LedgerError::Corrupt(format!("refused by an unknown period {period}")))?;
-    let periods = [culprit.period.as_str()];
-    let starts = [window_start_at(culprit.period, req.received_at)];
-    let st = client.prepare_cached(sql::WINDOWS).await?;
-    let row = client
-        .query_opt(&st, &[&req.policy, &periods.as_slice(), &starts.as_slice()])
-        .await?;
-    let (spent, reserved) = match row {
-        Some(row) => (Money::new(row.try_get(2)?), Money::new(row.try_get(3)?)),
-        // The worst case alone exceeds the limit: the window was never created.
-        None => (Money::ZERO, Money::ZERO),
-    };
-    Ok(LedgerError::BudgetExhausted {
-        policy: req.policy.clone(),
-        period: culprit.period.as_str(),
-        limit: culprit.limit,
-        spent,
-        reserved,
-        remaining: culprit.limit.saturating_sub(spent + reserved),
-        needed: req.worst_case,
-    })
 }
 
 /// An operation that reads before it decides, run alone after the group's statements.

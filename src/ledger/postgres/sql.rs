@@ -11,7 +11,8 @@
 /// each one's worst case with one conditional upsert per window), then each request
 /// recorded as `in_flight`, or `refused` / `budget_exhausted` when a window had no
 /// room, and the first attempt of each admitted one. Answers, per request, NULL when
-/// admitted or the period of the window that refused it.
+/// admitted or the period of the window that refused it, with that window's spent and
+/// reserved amounts when it refused.
 ///
 /// Requests: $1 id, $2 received_at, $3 client, $4 policy, $5 plan_id, $6 model, $7 mode,
 /// $8 ceiling, $9 worst case, $10 its periods joined by commas; $11 replica.
@@ -20,8 +21,8 @@
 /// $20 upstream model, $21 jurisdiction, $22 started_at, $23 worst case.
 pub const ADMIT: &str = "
 WITH v AS (
-    SELECT purser_admit($4::text[], $9::numeric[], $12::integer[], $13::text[],
-                        $14::timestamptz[], $15::numeric[]) AS refused
+    SELECT * FROM purser_admit($4::text[], $9::numeric[], $12::integer[], $13::text[],
+                               $14::timestamptz[], $15::numeric[])
 ), u AS (
     SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[],
                          $6::text[], $7::text[], $8::numeric[], $9::numeric[], $10::text[])
@@ -47,7 +48,7 @@ WITH v AS (
         AS t (req, request_id, seq, provider, upstream_model, jurisdiction, started_at, worst_case)
     WHERE v.refused[t.req] IS NULL
 )
-SELECT refused FROM v";
+SELECT refused, spent, reserved FROM v";
 
 /// Take `amount` back out of the named windows' `reserved` (a partial reservation, in
 /// the same transaction that made it, so no one else has seen it).
@@ -56,13 +57,6 @@ pub const UNRESERVE: &str = "
 UPDATE budget_windows w SET reserved = w.reserved - $4::numeric
 FROM unnest($2::text[], $3::timestamptz[]) AS p (period, start)
 WHERE w.policy = $1 AND w.period = p.period AND w.window_start = p.start";
-
-/// The named windows as they stand, to say which one refused and by how much.
-/// $1 policy, $2 periods, $3 starts.
-pub const WINDOWS: &str = "
-SELECT w.period, w.limit_amount, w.spent, w.reserved
-FROM budget_windows w JOIN unnest($2::text[], $3::timestamptz[]) AS p (period, start)
-  ON w.policy = $1 AND w.period = p.period AND w.window_start = p.start";
 
 /// Requests refused before any attempt. $1..$9 as in ADMIT, $10 error code, $11 replica.
 pub const REFUSALS: &str = "

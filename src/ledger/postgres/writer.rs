@@ -1,7 +1,8 @@
 //! Group commit on PostgreSQL: one task per replica takes every operation queued since
 //! its last commit and applies them in one transaction, as one statement per kind of
-//! operation (`batch`), so a group costs a few round trips and one WAL flush however
-//! many requests share it.
+//! operation (`batch`), so a group costs one round trip (a few when it holds an
+//! operation that reads before it decides) and one WAL flush however many requests
+//! share it.
 //!
 //! A statement that fails spoils the transaction: the group is rolled back and each
 //! operation is applied again in its own transaction, so each caller learns its own
@@ -110,12 +111,22 @@ async fn try_group(
     replica: &str,
     group: &[Envelope],
 ) -> Result<Vec<Result<(), LedgerError>>, LedgerError> {
+    let ops: Vec<&Op> = group.iter().map(|env| &env.op).collect();
+    if !ops.iter().any(|op| batch::reads_first(op)) {
+        // The common group: `BEGIN`, its statements and `COMMIT` in one round trip.
+        let r = batch::apply(client, replica, &ops, batch::Tx::Whole).await;
+        if r.is_err() {
+            // The `COMMIT` sent along has already rolled a failed group back; this
+            // only makes sure no transaction stays open on a pooled connection.
+            let _ = client.batch_execute("ROLLBACK").await;
+        }
+        return r;
+    }
     if let Err(e) = client.batch_execute(sql::BEGIN_WRITE).await {
         let _ = client.batch_execute("ROLLBACK").await;
         return Err(e.into());
     }
-    let ops: Vec<&Op> = group.iter().map(|env| &env.op).collect();
-    match batch::apply(client, replica, &ops).await {
+    match batch::apply(client, replica, &ops, batch::Tx::Open).await {
         Ok(results) => {
             client.batch_execute("COMMIT").await?;
             Ok(results)
