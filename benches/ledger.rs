@@ -1,4 +1,4 @@
-//! Ledger write throughput with 64 concurrent writers: committed attempts per second
+//! Ledger write throughput with 64 concurrent writers (`PURSER_BENCH_WRITERS`): committed attempts per second
 //! (begin + complete each) in WAL with synchronous=NORMAL and FULL, and whole
 //! requests per second as the gateway writes them (admission with its first attempt
 //! and a daily budget reservation, then completion and settlement).
@@ -20,7 +20,13 @@ use purser::ledger::{
 use purser::money::Money;
 use purser::policy::plan::{Mode, Period};
 
-const WRITERS: usize = 64;
+/// Concurrent writers; `PURSER_BENCH_WRITERS` changes it.
+fn writers() -> usize {
+    std::env::var("PURSER_BENCH_WRITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64)
+}
 
 fn request(id: &str, now: time::OffsetDateTime, cost: Money) -> NewRequest {
     NewRequest {
@@ -151,13 +157,13 @@ async fn run(engine: &Engine, per_writer: u32) -> f64 {
     let (l, _dir) = open(engine).await;
     let l = Arc::new(l);
     let cost: Money = "0.000123".parse().unwrap();
-    for w in 0..WRITERS {
+    for w in 0..writers() {
         let r = request(&format!("req-{w}"), time::OffsetDateTime::now_utc(), cost);
         l.admit(r, vec![]).await.unwrap();
     }
     let start = Instant::now();
     let mut tasks = vec![];
-    for w in 0..WRITERS {
+    for w in 0..writers() {
         let l = l.clone();
         tasks.push(tokio::spawn(async move {
             let id = format!("req-{w}");
@@ -173,7 +179,7 @@ async fn run(engine: &Engine, per_writer: u32) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    let n = WRITERS as f64 * f64::from(per_writer);
+    let n = writers() as f64 * f64::from(per_writer);
     n / start.elapsed().as_secs_f64()
 }
 
@@ -184,7 +190,7 @@ async fn requests(engine: &Engine, per_writer: u32) -> f64 {
     let cost: Money = "0.000123".parse().unwrap();
     let start = Instant::now();
     let mut tasks = vec![];
-    for _ in 0..WRITERS {
+    for _ in 0..writers() {
         let l = l.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..per_writer {
@@ -216,7 +222,7 @@ async fn requests(engine: &Engine, per_writer: u32) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    WRITERS as f64 * f64::from(per_writer) / start.elapsed().as_secs_f64()
+    writers() as f64 * f64::from(per_writer) / start.elapsed().as_secs_f64()
 }
 
 fn report(what: &str, mut rates: Vec<f64>) {
@@ -245,7 +251,8 @@ async fn main() {
         .unwrap_or_default();
     let wanted = |name: &str| name.contains(filter.as_str());
     println!(
-        "ledger write benchmark: {WRITERS} concurrent writers × {per_writer} attempts (begin + complete each)"
+        "ledger write benchmark: {} concurrent writers × {per_writer} attempts (begin + complete each)",
+        writers()
     );
     // This machine's disk and scheduler are noisy: report the median of several runs
     // with the range beside it.

@@ -51,9 +51,14 @@ impl Drop for Store {
     }
 }
 
+/// Connections for reads and the lease.
+const READ_CONNECTIONS: usize = 8;
+/// The writer uses one at a time; a second stands by while a broken one is replaced.
+const WRITE_CONNECTIONS: usize = 2;
+
 /// A pool on `url` that fails fast: a ledger that cannot be reached must turn a
 /// request into a 503 within seconds, not hang it.
-fn pool(url: &str) -> Result<Pool, LedgerError> {
+fn pool(url: &str, size: usize) -> Result<Pool, LedgerError> {
     let mut cfg: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
         LedgerError::Unavailable(format!("invalid PostgreSQL URL: {e}"))
     })?;
@@ -69,7 +74,7 @@ fn pool(url: &str) -> Result<Pool, LedgerError> {
         },
     );
     Pool::builder(mgr)
-        .max_size(8)
+        .max_size(size)
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(Duration::from_secs(3)))
         .create_timeout(Some(Duration::from_secs(3)))
@@ -88,7 +93,7 @@ impl Store {
     /// Connect, migrate, take this replica's lease (waiting out the previous
     /// process's, after a crash) and recover what that process left in flight.
     pub async fn open(url: &str, replica: Replica) -> Result<(Store, Recovered), LedgerError> {
-        let pool = pool(url)?;
+        let pool = pool(url, READ_CONNECTIONS)?;
         {
             let mut c = client(&pool).await?;
             migrate::migrate(&mut c).await?;
@@ -97,10 +102,11 @@ impl Store {
         let recovered = lease::start(&pool, &replica, &instance).await?;
         let shared = Arc::new(writer::Shared {
             pool: pool.clone(),
+            writes: self::pool(url, WRITE_CONNECTIONS)?,
             replica: replica.id.clone().into(),
             writable: AtomicBool::new(true),
         });
-        let queue = writer::spawn(shared.clone());
+        let queue = writer::spawn(shared.clone())?;
         let lease_task = tokio::spawn(lease::keep(pool, replica, instance));
         Ok((
             Store {
@@ -115,7 +121,7 @@ impl Store {
     /// Reads (and operator settlement) only: no lease, no recovery, no migration;
     /// the schema must be this binary's.
     pub async fn open_reader(url: &str) -> Result<Store, LedgerError> {
-        let pool = pool(url)?;
+        let pool = pool(url, READ_CONNECTIONS)?;
         let version = migrate::current_version(&client(&pool).await?).await?;
         if version != migrate::latest() {
             return Err(LedgerError::Corrupt(format!(
@@ -126,6 +132,7 @@ impl Store {
         Ok(Store {
             shared: Arc::new(writer::Shared {
                 pool,
+                writes: self::pool(url, WRITE_CONNECTIONS)?,
                 replica: "reader".into(),
                 writable: AtomicBool::new(true),
             }),
@@ -136,7 +143,7 @@ impl Store {
 
     /// Apply the migrations and stop (`purser migrate`).
     pub async fn migrate(url: &str) -> Result<u32, LedgerError> {
-        let pool = pool(url)?;
+        let pool = pool(url, 1)?;
         let mut c = client(&pool).await?;
         migrate::migrate(&mut c).await
     }
@@ -159,7 +166,7 @@ impl Store {
     /// A store opened for reading applies an operator's operation in a group of one.
     async fn call_alone(&self, op: Op) -> Result<(), LedgerError> {
         let (reply, rx) = oneshot::channel();
-        let queue = writer::spawn(self.shared.clone());
+        let queue = writer::spawn(self.shared.clone())?;
         queue
             .send(writer::Envelope { op, reply })
             .map_err(|_| LedgerError::WriterGone)?;

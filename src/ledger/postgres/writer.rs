@@ -27,37 +27,54 @@ pub struct Envelope {
 
 /// What the writer task shares with the handle.
 pub struct Shared {
+    /// Reads and the lease.
     pub pool: Pool,
+    /// The writer's own connections, created on its thread (see `spawn`).
+    pub writes: Pool,
     pub replica: Arc<str>,
     /// Whether the last group could reach PostgreSQL (readiness).
     pub writable: AtomicBool,
 }
 
-/// Start the writer task; operations sent to the returned queue are applied in order
-/// of arrival, in groups. The task ends when every sender is gone.
-pub fn spawn(shared: Arc<Shared>) -> mpsc::UnboundedSender<Envelope> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Envelope>();
-    tokio::spawn(async move {
-        let mut group = Vec::new();
-        while let Some(first) = rx.recv().await {
-            group.push(first);
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(env) => group.push(env),
-                    Err(_) => break,
-                }
-            }
-            let results = apply_group(&shared, &group).await;
-            // A refusal of the operation itself (a budget, an unknown id) says the
-            // database answered; only a failure of every operation to reach it does not.
-            let reached = results.iter().any(|r| !r.as_ref().is_err_and(unreachable));
-            shared.writable.store(reached, Ordering::Relaxed);
-            for (env, res) in group.drain(..).zip(results) {
-                let _ = env.reply.send(res);
+/// Start the writer; operations sent to the returned queue are applied in order of
+/// arrival, in groups. It ends when every sender is gone.
+///
+/// It runs on a thread of its own, as SQLite's writer does, with its connections'
+/// tasks beside it: on the request runtime each step of a group (send, answer, reply)
+/// waited behind every request task ready at that moment, and a group of eight took
+/// as long as one of sixty-four.
+pub fn spawn(shared: Arc<Shared>) -> Result<mpsc::UnboundedSender<Envelope>, LedgerError> {
+    let (tx, rx) = mpsc::unbounded_channel::<Envelope>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| LedgerError::Unavailable(format!("cannot start the ledger writer: {e}")))?;
+    std::thread::Builder::new()
+        .name("purser-ledger".into())
+        .spawn(move || runtime.block_on(run(shared, rx)))
+        .map_err(|e| LedgerError::Unavailable(format!("cannot start the ledger writer: {e}")))?;
+    Ok(tx)
+}
+
+async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+    let mut group = Vec::new();
+    while let Some(first) = rx.recv().await {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(env) => group.push(env),
+                Err(_) => break,
             }
         }
-    });
-    tx
+        let results = apply_group(&shared, &group).await;
+        // A refusal of the operation itself (a budget, an unknown id) says the
+        // database answered; only a failure of every operation to reach it does not.
+        let reached = results.iter().any(|r| !r.as_ref().is_err_and(unreachable));
+        shared.writable.store(reached, Ordering::Relaxed);
+        for (env, res) in group.drain(..).zip(results) {
+            let _ = env.reply.send(res);
+        }
+    }
 }
 
 /// Whether an error says the database could not be reached or could not commit, as
@@ -71,7 +88,7 @@ pub fn unreachable(e: &LedgerError) -> bool {
 }
 
 async fn apply_group(shared: &Shared, group: &[Envelope]) -> Vec<Result<(), LedgerError>> {
-    let client = match shared.pool.get().await {
+    let client = match shared.writes.get().await {
         Ok(c) => c,
         Err(e) => {
             let why = e.to_string();
