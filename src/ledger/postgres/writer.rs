@@ -17,6 +17,11 @@ use tokio::sync::{mpsc, oneshot};
 use super::{batch, sql};
 use crate::ledger::{LedgerError, Op};
 
+/// A group at least this large says the writer is under load, and the next one waits
+/// `GATHER` before it is taken.
+const GATHER_AFTER: usize = 4;
+const GATHER: std::time::Duration = std::time::Duration::from_micros(400);
+
 /// Most operations committed together; bounds the latency one commit adds.
 const MAX_GROUP: usize = 512;
 
@@ -58,7 +63,15 @@ pub fn spawn(shared: Arc<Shared>) -> Result<mpsc::UnboundedSender<Envelope>, Led
 
 async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
     let mut group = Vec::new();
+    let mut last = 0;
     while let Some(first) = rx.recv().await {
+        if last >= GATHER_AFTER {
+            // Under load the callers just answered are about to send their next
+            // operations from the other threads; a moment's wait lets them join this
+            // group instead of trickling into several small ones. This thread has
+            // nothing else to do meanwhile; at low load nobody waits.
+            std::thread::sleep(GATHER);
+        }
         group.push(first);
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -71,6 +84,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
         // database answered; only a failure of every operation to reach it does not.
         let reached = results.iter().any(|r| !r.as_ref().is_err_and(unreachable));
         shared.writable.store(reached, Ordering::Relaxed);
+        last = group.len();
         for (env, res) in group.drain(..).zip(results) {
             let _ = env.reply.send(res);
         }
