@@ -11,12 +11,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::money::{assert_money_invariants, quiesce};
+use common::db::Engine;
+use common::money::{assert_money_invariants_on, quiesce_on};
 use common::vendors::{Script, stream_body};
 use common::{Gateway, provider, sha};
 use proptest::prelude::*;
 use purser::ledger::read::RequestRow;
 use serde_json::{Value, json};
+
+fn dec(s: &str) -> rust_decimal::Decimal {
+    s.parse().unwrap()
+}
 
 const SOFT: &str = "key-money-soft";
 const HARD: &str = "key-money-hard";
@@ -64,8 +69,25 @@ fn docs(vendors: &common::vendors::Vendors, hard_budget: &str, hard_alt: bool) -
     ]
 }
 
-async fn gateway() -> Gateway {
-    common::start(|v| docs(v, "0.05", false)).await
+/// The usual gateway of these scenarios, on `e`; `None` when PostgreSQL is skipped here.
+async fn gateway(e: Engine, test: &str) -> Option<Gateway> {
+    common::start_on(e, test, |v| docs(v, "0.05", false)).await
+}
+
+/// Each scenario runs on both engines, as `name::sqlite` and `name::postgres`.
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(super::Engine::Sqlite).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(super::Engine::Postgres).await
+            }
+        }
+    )*};
 }
 
 async fn post(g: &Gateway, key: &str, body: Value) -> (u16, Value, reqwest::header::HeaderMap) {
@@ -89,26 +111,17 @@ fn ask(model: &str, extra: Value) -> Value {
     b
 }
 
-fn row(g: &Gateway, id: &str) -> RequestRow {
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    purser::ledger::read::request(&conn, id).unwrap().unwrap()
+async fn row(g: &Gateway, id: &str) -> RequestRow {
+    g.ledger_db.request(id).await
 }
 
-fn only_request(g: &Gateway) -> RequestRow {
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    let id: String = conn
-        .query_row(
-            "SELECT id FROM requests ORDER BY ledger_seq DESC LIMIT 1",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    purser::ledger::read::request(&conn, &id).unwrap().unwrap()
+async fn only_request(g: &Gateway) -> RequestRow {
+    g.ledger_db.last_request().await
 }
 
 async fn settle(g: &Gateway) {
-    quiesce(&g.db, 10).await;
-    assert_money_invariants(&g.db, &g.vendors, &PROVIDERS);
+    quiesce_on(&g.ledger_db, 10).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &PROVIDERS).await;
 }
 
 /// Streamed data payloads, with the per-request random fields (`id`, `created`) blanked
@@ -157,9 +170,15 @@ fn content(data: &[String]) -> String {
 }
 
 // 1. Several SSE events in one read: every one reaches the client, in order.
-#[tokio::test]
-async fn a_stream_written_in_one_read_arrives_whole_for_every_api() {
-    let g = gateway().await;
+async fn a_stream_written_in_one_read_arrives_whole_for_every_api(e: Engine) {
+    let Some(g) = gateway(
+        e,
+        "a_stream_written_in_one_read_arrives_whole_for_every_api",
+    )
+    .await
+    else {
+        return;
+    };
     for (model, provider) in [("m", "oa"), ("c", "an"), ("g", "ge")] {
         g.vendors.script(provider, vec![Script::StreamBatched]);
         let (id, data) = stream_text(&g, model).await;
@@ -177,7 +196,7 @@ async fn a_stream_written_in_one_read_arrives_whole_for_every_api() {
             !data.iter().any(|d| d.contains("\"error\"")),
             "{provider}: {data:?}"
         );
-        let r = row(&g, &id);
+        let r = row(&g, &id).await;
         let a = &r.attempts[0];
         assert_eq!(
             (r.outcome.as_str(), a.billing.as_str()),
@@ -199,7 +218,7 @@ async fn a_stream_written_in_one_read_arrives_whole_for_every_api() {
 #[test]
 fn any_cut_of_a_stream_gives_the_same_answer_and_row() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let g = rt.block_on(gateway());
+    let g = rt.block_on(gateway(Engine::Sqlite, "any_cut")).unwrap();
     let mut reference: std::collections::HashMap<(usize, bool), (Vec<String>, String)> =
         Default::default();
     let body = |api: usize, crlf: bool| -> Vec<u8> {
@@ -239,7 +258,7 @@ fn any_cut_of_a_stream_gives_the_same_answer_and_row() {
         g.vendors
             .script(provider, vec![Script::StreamPieces(pieces)]);
         let (id, data) = rt.block_on(stream_text(&g, model));
-        let r = row(&g, &id);
+        let r = rt.block_on(row(&g, &id));
         let a = &r.attempts[0];
         let ledger = format!(
             "{} {} {:?} {} {:?} {:?} {}",
@@ -294,9 +313,15 @@ fn any_cut_of_a_stream_gives_the_same_answer_and_row() {
 
 // 2. A client that hangs up: the call runs to its end, is recorded at its true cost,
 // and the reservation settles.
-#[tokio::test]
-async fn a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved() {
-    let g = gateway().await;
+async fn a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved(e: Engine) {
+    let Some(g) = gateway(
+        e,
+        "a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved",
+    )
+    .await
+    else {
+        return;
+    };
     g.vendors.script("oa", vec![Script::Delay(600); 4]);
     for _ in 0..4 {
         let r = reqwest::Client::new()
@@ -309,22 +334,18 @@ async fn a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved() {
         assert!(r.is_err(), "the client gave up before the vendor answered");
     }
     settle(&g).await;
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    let rows: Vec<(String, Option<String>, String)> = conn
-        .prepare("SELECT outcome, error_code, cost FROM requests")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let rows = g
+        .ledger_db
+        .rows("SELECT outcome, error_code, CAST(cost AS TEXT) FROM requests")
+        .await;
     assert_eq!(rows.len(), 4);
-    for (outcome, code, cost) in rows {
+    for r in rows {
         assert_eq!(
-            (outcome.as_str(), code.as_deref()),
-            ("served", Some("client_disconnected"))
+            (r[0].as_deref(), r[1].as_deref()),
+            (Some("served"), Some("client_disconnected"))
         );
         // 12 in × 0.15/M + 8 out × 0.60/M: what the vendor billed.
-        assert_eq!(cost, "0.0000066");
+        assert_eq!(r[2].as_deref().map(dec), Some(dec("0.0000066")));
     }
     // The budget is free again: a later request is served, not refused with 402.
     let (status, v, _) = post(&g, HARD, ask("m", json!({}))).await;
@@ -332,9 +353,15 @@ async fn a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved() {
     settle(&g).await;
 }
 
-#[tokio::test]
-async fn a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost() {
-    let g = gateway().await;
+async fn a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost(e: Engine) {
+    let Some(g) = gateway(
+        e,
+        "a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost",
+    )
+    .await
+    else {
+        return;
+    };
     g.vendors.script("an", vec![Script::Delay(500)]);
     let r = reqwest::Client::new()
         .post(g.url("/v1/chat/completions"))
@@ -345,7 +372,7 @@ async fn a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost() 
         .await;
     assert!(r.is_err());
     settle(&g).await;
-    let r = only_request(&g);
+    let r = only_request(&g).await;
     assert_eq!(
         (r.outcome.as_str(), r.error_code.as_deref()),
         ("served", Some("client_disconnected"))
@@ -357,9 +384,8 @@ async fn a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost() 
     );
 }
 
-#[tokio::test]
-async fn a_half_open_probe_whose_client_hung_up_still_resolves() {
-    let g = common::start(|v| {
+async fn a_half_open_probe_whose_client_hung_up_still_resolves(e: Engine) {
+    let Some(g) = common::start_on(e, "a_half_open_probe", |v| {
         docs(v, "0.05", false)
             .into_iter()
             .map(|d| {
@@ -370,7 +396,10 @@ async fn a_half_open_probe_whose_client_hung_up_still_resolves() {
             })
             .collect()
     })
-    .await;
+    .await
+    else {
+        return;
+    };
     g.vendors.script(
         "ge",
         vec![
@@ -402,9 +431,10 @@ async fn a_half_open_probe_whose_client_hung_up_still_resolves() {
 }
 
 // 3. Fields that multiply or escape the output bound.
-#[tokio::test]
-async fn n_multiplies_the_worst_case() {
-    let g = gateway().await;
+async fn n_multiplies_the_worst_case(e: Engine) {
+    let Some(g) = gateway(e, "n_multiplies_the_worst_case").await else {
+        return;
+    };
     // 100 output tokens × 0.60/M is far under the hard ceiling of 0.011 for one choice;
     // 20,000 output tokens fit once but not eight times.
     let (status, v, _) = post(&g, HARD, ask("m", json!({"max_tokens": 15000}))).await;
@@ -416,14 +446,15 @@ async fn n_multiplies_the_worst_case() {
         "{v}"
     );
     assert_eq!(g.vendors.calls("oa"), 1, "the refused request was not sent");
-    let r = only_request(&g);
+    let r = only_request(&g).await;
     assert!(r.attempts.is_empty());
     settle(&g).await;
 }
 
-#[tokio::test]
-async fn exactly_one_output_cap_reaches_the_vendor() {
-    let g = gateway().await;
+async fn exactly_one_output_cap_reaches_the_vendor(e: Engine) {
+    let Some(g) = gateway(e, "exactly_one_output_cap_reaches_the_vendor").await else {
+        return;
+    };
     let (status, v, _) = post(
         &g,
         HARD,
@@ -447,9 +478,15 @@ async fn exactly_one_output_cap_reaches_the_vendor() {
     settle(&g).await;
 }
 
-#[tokio::test]
-async fn fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft() {
-    let g = gateway().await;
+async fn fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft(e: Engine) {
+    let Some(g) = gateway(
+        e,
+        "fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft",
+    )
+    .await
+    else {
+        return;
+    };
     for (field, value) in [
         ("prediction", json!({"type": "content", "content": "x"})),
         ("modalities", json!(["text", "audio"])),
@@ -472,28 +509,33 @@ async fn fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft() 
     settle(&g).await;
 }
 
-#[tokio::test]
-async fn a_model_name_of_a_megabyte_is_refused_before_the_ledger() {
-    let g = gateway().await;
+async fn a_model_name_of_a_megabyte_is_refused_before_the_ledger(e: Engine) {
+    let Some(g) = gateway(e, "a_model_name_of_a_megabyte_is_refused_before_the_ledger").await
+    else {
+        return;
+    };
     let (status, v, _) = post(&g, HARD, ask(&"x".repeat(1 << 20), json!({}))).await;
     assert_eq!(
         (status, v["error"]["code"].as_str()),
         (403, Some("model_not_allowed"))
     );
     assert!(v["error"]["message"].as_str().unwrap().len() < 4096);
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    let n: i64 = conn
-        .query_row("SELECT COUNT(*) FROM requests", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(n, 0);
+    assert_eq!(g.ledger_db.count("SELECT COUNT(*) FROM requests").await, 0);
 }
 
 // 4. A failover must fit the budget: the reservation is topped up before the call.
-#[tokio::test]
-async fn a_failover_that_does_not_fit_the_budget_is_not_called() {
+async fn a_failover_that_does_not_fit_the_budget_is_not_called(e: Engine) {
     // Hard budget 0.001 a day. With 1,000 output tokens the primary's worst case is
     // ~0.0006 (0.60/M) and fits; the alternate's is ~0.00125 (1.25/M) and does not.
-    let g = common::start(|v| docs(v, "0.001", true)).await;
+    let Some(g) = common::start_on(
+        e,
+        "a_failover_that_does_not_fit_the_budget_is_not_called",
+        |v| docs(v, "0.001", true),
+    )
+    .await
+    else {
+        return;
+    };
     g.vendors.script("oa", vec![Script::Status(429, r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
     let (status, v, _) = post(&g, HARD, ask("m", json!({"max_tokens": 100}))).await;
     assert_eq!(status, 200, "a small request still fits: {v}");
@@ -514,23 +556,24 @@ async fn a_failover_that_does_not_fit_the_budget_is_not_called() {
         1,
         "only the first request's failover reached the alternate"
     );
-    let r = only_request(&g);
+    let r = only_request(&g).await;
     assert_eq!(r.attempts.len(), 1);
     assert_eq!(r.error_code.as_deref(), Some("budget_exhausted"));
     settle(&g).await;
 }
 
 // 5. A success without usage is charged at its bound, and says so.
-#[tokio::test]
-async fn an_answer_without_usage_is_charged_at_its_worst_case() {
-    let g = gateway().await;
+async fn an_answer_without_usage_is_charged_at_its_worst_case(e: Engine) {
+    let Some(g) = gateway(e, "an_answer_without_usage_is_charged_at_its_worst_case").await else {
+        return;
+    };
     for (model, provider) in [("m", "oa"), ("c", "an"), ("g", "ge")] {
         g.vendors
             .script(provider, vec![Script::NoUsage, Script::NoUsage]);
         let (status, v, h) = post(&g, SOFT, ask(model, json!({"max_tokens": 50}))).await;
         assert_eq!(status, 200, "{v}");
         let id = h["x-purser-request-id"].to_str().unwrap().to_string();
-        let r = row(&g, &id);
+        let r = row(&g, &id).await;
         let a = &r.attempts[0];
         assert_eq!(a.billing, "billed");
         assert_eq!(a.worst_case, a.cost, "{provider}: charged at the bound");
@@ -538,17 +581,10 @@ async fn an_answer_without_usage_is_charged_at_its_worst_case() {
         let (_, data) = stream_text(&g, model).await;
         assert_eq!(content(&data), format!("Hello from {provider}."));
     }
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    let bases: Vec<String> = conn
-        .prepare("SELECT cost_basis FROM attempts")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let bases = g.ledger_db.column("SELECT cost_basis FROM attempts").await;
     assert_eq!(bases, vec!["worst_case"; 6]);
     // The basis is in the audit API, its CSV export and /metrics.
-    let last = only_request(&g);
+    let last = only_request(&g).await;
     let audit = g
         .admin_json(&format!("/audit/v1/requests/{}", last.id))
         .await;
@@ -572,29 +608,34 @@ async fn an_answer_without_usage_is_charged_at_its_worst_case() {
     settle(&g).await;
 }
 
-#[tokio::test]
-async fn a_stream_cut_after_its_finish_but_before_its_usage_is_not_free() {
-    let g = gateway().await;
+async fn a_stream_cut_after_its_finish_but_before_its_usage_is_not_free(e: Engine) {
+    let Some(g) = gateway(
+        e,
+        "a_stream_cut_after_its_finish_but_before_its_usage_is_not_free",
+    )
+    .await
+    else {
+        return;
+    };
     // OpenAI's fixture: two content chunks, the finish chunk, then usage: cut after 3.
     g.vendors.script("oa", vec![Script::StreamCut(3)]);
     let (id, data) = stream_text(&g, "m").await;
     assert_eq!(content(&data), "Hello from oa.");
-    let r = row(&g, &id);
+    let r = row(&g, &id).await;
     let a = &r.attempts[0];
     assert_eq!(a.billing, "billed");
     assert!(a.cost != "0", "{a:?}");
-    let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-    let basis: String = conn
-        .query_row("SELECT cost_basis FROM attempts", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(basis, "worst_case");
+    let basis = g.ledger_db.column("SELECT cost_basis FROM attempts").await;
+    assert_eq!(basis, ["worst_case"]);
     settle(&g).await;
 }
 
 // 6. Readiness comes back by itself once the ledger can write again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_recovers_by_itself_after_a_ledger_failure() {
-    let g = gateway().await;
+    // SQLite only: the fault is a lock held on its file (PostgreSQL's faults are in
+    // tests/pg_faults.rs).
+    let g = gateway(Engine::Sqlite, "readyz").await.unwrap();
     let (status, _) = g.get_as("/readyz", None).await;
     assert_eq!(status, 200);
     // Another connection holds the write lock past the writer's busy timeout.
@@ -618,3 +659,17 @@ async fn readyz_recovers_by_itself_after_a_ledger_failure() {
     assert_eq!(status, 200, "{v}");
     settle(&g).await;
 }
+
+on_both_engines!(
+    a_stream_written_in_one_read_arrives_whole_for_every_api,
+    a_client_that_hangs_up_leaves_nothing_in_flight_or_reserved,
+    a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost,
+    n_multiplies_the_worst_case,
+    exactly_one_output_cap_reaches_the_vendor,
+    fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft,
+    a_model_name_of_a_megabyte_is_refused_before_the_ledger,
+    an_answer_without_usage_is_charged_at_its_worst_case,
+    a_stream_cut_after_its_finish_but_before_its_usage_is_not_free,
+    a_failover_that_does_not_fit_the_budget_is_not_called,
+    a_half_open_probe_whose_client_hung_up_still_resolves,
+);

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses part of the harness
 
+pub mod db;
 pub mod money;
 pub mod pg;
 pub mod sdk;
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use db::Db;
 use purser::clock::SystemClock;
 use purser::gateway::Engine;
 use purser::ledger::{Ledger, Options};
@@ -28,7 +30,10 @@ pub fn sha(s: &str) -> String {
 pub struct Gateway {
     pub vendors: Vendors,
     pub addr: SocketAddr,
+    /// The SQLite ledger file (named, not used, when the ledger is on PostgreSQL).
     pub db: PathBuf,
+    /// The ledger, on whichever engine it is.
+    pub ledger_db: Db,
     pub config: PathBuf,
     pub engine: Arc<Engine>,
     pub dir: tempfile::TempDir,
@@ -73,6 +78,32 @@ pub async fn start_tuned(
     tune: impl FnOnce(&mut purser::http::Options),
 ) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("ledger.db"));
+    start_at(dir, db, docs, admin, tune).await
+}
+
+/// A gateway whose ledger is on `engine` (PostgreSQL: a fresh schema of its own), or
+/// `None` when the PostgreSQL tests are skipped on this machine (never in CI).
+pub async fn start_on(
+    engine: db::Engine,
+    test: &str,
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+) -> Option<Gateway> {
+    let dir = tempfile::tempdir().unwrap();
+    let db = match engine {
+        db::Engine::Sqlite => Db::Sqlite(dir.path().join("ledger.db")),
+        db::Engine::Postgres => Db::Postgres(pg::fresh_schema(test).await?),
+    };
+    Some(start_at(dir, db, docs, Some(ADMIN), |_| {}).await)
+}
+
+async fn start_at(
+    dir: tempfile::TempDir,
+    ledger_db: Db,
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+    admin: Option<&str>,
+    tune: impl FnOnce(&mut purser::http::Options),
+) -> Gateway {
     let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
@@ -80,8 +111,13 @@ pub async fn start_tuned(
     all.extend(docs(&vendors));
     std::fs::write(config.join("set.yaml"), all.join("---\n")).unwrap();
     let plan = purser::policy::compile_dir(&config).unwrap();
+    // On PostgreSQL `db` names no file; the tests that read one are SQLite's.
     let db = dir.path().join("ledger.db");
-    let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
+    let options = Options {
+        replica: Some("test-replica".into()),
+        ..Options::default()
+    };
+    let (ledger, _) = Ledger::open_at(&ledger_db.target(), options).await.unwrap();
     let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -100,6 +136,7 @@ pub async fn start_tuned(
         vendors,
         addr,
         db,
+        ledger_db,
         config,
         engine,
         dir,

@@ -1,36 +1,36 @@
-//! The money invariants, read from the ledger file itself after a scenario has gone
-//! quiet. Every test that moves money ends by asserting them.
+//! The money invariants, read from the ledger itself after a scenario has gone quiet,
+//! on either engine. Every test that moves money ends by asserting them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::str::FromStr;
 
 use rust_decimal::Decimal;
 
+use super::db::{Db, Engine, Row, sqlite_rows};
 use super::vendors::Vendors;
 
 fn dec(s: &str) -> Decimal {
     Decimal::from_str(s).unwrap_or_else(|e| panic!("stored amount `{s}`: {e}"))
 }
 
-/// What one attempt charges its request's budgets: its billed cost, or its worst case
-/// when it may have been billed without a receipt.
-const CHARGE: &str =
-    "CASE a.billing WHEN 'billed' THEN a.cost WHEN 'maybe_billed' THEN a.worst_case ELSE '0' END";
+fn text(r: &Row, i: usize) -> &str {
+    r[i].as_deref().unwrap_or("")
+}
 
 /// Wait until nothing is in flight (requests run detached from their clients), at most
-/// `secs` seconds; panics naming what is still in flight.
+/// `secs` seconds; panics naming what is still in flight. SQLite file.
 pub async fn quiesce(db: &Path, secs: u64) {
+    quiesce_on(&Db::Sqlite(db.to_path_buf()), secs).await
+}
+
+/// `quiesce` on either engine.
+pub async fn quiesce_on(db: &Db, secs: u64) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     loop {
-        let conn = purser::ledger::read::open_reader(db).unwrap();
-        let open: Vec<String> = conn
-            .prepare("SELECT id FROM requests WHERE outcome = 'in_flight'")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let open = db
+            .column("SELECT id FROM requests WHERE outcome = 'in_flight'")
+            .await;
         if open.is_empty() {
             return;
         }
@@ -42,157 +42,208 @@ pub async fn quiesce(db: &Path, secs: u64) {
     }
 }
 
-/// Assert every money invariant of the ledger at `db`. `providers`: the mock vendors'
-/// provider ids whose calls must each have exactly one attempt row.
-pub fn assert_money_invariants(db: &Path, vendors: &Vendors, providers: &[&str]) {
-    let conn = purser::ledger::read::open_reader(db).unwrap();
-    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+/// What the invariants read: every request, attempt and budget window, as text.
+struct Snapshot {
+    /// id, policy, received_at (UTC), mode, outcome, holds a reservation (0/1), held.
+    requests: Vec<Row>,
+    /// request_id, seq, provider, state, status, billing, cost, worst_case.
+    attempts: Vec<Row>,
+    /// policy, period, window_start (UTC), limit, spent, reserved.
+    windows: Vec<Row>,
+}
 
-    assert_eq!(
-        count("SELECT COUNT(*) FROM attempts WHERE state = 'in_flight'"),
-        0,
-        "an attempt is left in flight"
-    );
-    assert_eq!(
-        count("SELECT COUNT(*) FROM requests WHERE outcome = 'in_flight'"),
-        0,
-        "a request is left in flight"
-    );
-    assert_eq!(
-        count(
-            "SELECT COUNT(*) FROM requests WHERE reserved_in IS NOT NULL AND outcome <> 'interrupted'"
-        ),
-        0,
-        "a finished request still holds a reservation"
-    );
+impl Snapshot {
+    fn sql(db: &Db) -> [String; 3] {
+        let holds = match db {
+            Db::Sqlite(_) => "CASE WHEN reserved_in IS NULL THEN 0 ELSE 1 END",
+            Db::Postgres(_) => "CASE WHEN reserved_periods IS NULL THEN 0 ELSE 1 END",
+        };
+        [
+            format!(
+                "SELECT id, policy, {}, mode, outcome, {holds}, CAST(COALESCE(reserved_amount, worst_case) AS TEXT) FROM requests",
+                db.utc("received_at")
+            ),
+            "SELECT request_id, seq, provider, state, status, billing, CAST(cost AS TEXT), CAST(worst_case AS TEXT) FROM attempts".to_string(),
+            format!(
+                "SELECT policy, period, {}, CAST(limit_amount AS TEXT), CAST(spent AS TEXT), CAST(reserved AS TEXT) FROM budget_windows",
+                db.utc("window_start")
+            ),
+        ]
+    }
 
-    // Each window: nothing reserved, spent within the limit, and spent equal to what
-    // the requests received in it were charged.
-    let windows: Vec<(String, String, String, String, String, String)> = conn
-        .prepare("SELECT policy, period, window_start, limit_amount, spent, reserved FROM budget_windows")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let charged_by_request: BTreeMap<String, (String, String, Decimal)> = {
-        let mut m = BTreeMap::new();
-        let sql = format!(
-            "SELECT r.id, r.policy, r.received_at, r.outcome, r.reserved_in, COALESCE(r.reserved_amount, r.worst_case),
-                    (SELECT COALESCE(group_concat({CHARGE}, ' '), '') FROM attempts a WHERE a.request_id = r.id)
-             FROM requests r WHERE r.outcome <> 'refused' OR EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id)"
-        );
-        let mut st = conn.prepare(&sql).unwrap();
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, String>(6)?,
-                ))
-            })
-            .unwrap();
-        for row in rows {
-            let (id, policy, received, outcome, reserved_in, held, charges) = row.unwrap();
-            // A request recovered as interrupted still holds its reservation as spent.
-            let charged = if outcome == "interrupted" && reserved_in.is_some() {
-                dec(&held)
-            } else {
-                charges.split_whitespace().map(dec).sum()
-            };
-            m.insert(id, (policy, received, charged));
+    async fn read(db: &Db) -> Snapshot {
+        let [r, a, w] = Snapshot::sql(db);
+        Snapshot {
+            requests: db.rows(&r).await,
+            attempts: db.rows(&a).await,
+            windows: db.rows(&w).await,
         }
-        m
+    }
+
+    fn read_sqlite(path: &Path) -> Snapshot {
+        let [r, a, w] = Snapshot::sql(&Db::Sqlite(path.to_path_buf()));
+        Snapshot {
+            requests: sqlite_rows(path, &r),
+            attempts: sqlite_rows(path, &a),
+            windows: sqlite_rows(path, &w),
+        }
+    }
+}
+
+/// Assert every money invariant of the SQLite ledger at `db`. `providers`: the mock
+/// vendors' provider ids whose calls must each have exactly one attempt row.
+pub fn assert_money_invariants(db: &Path, vendors: &Vendors, providers: &[&str]) {
+    check(
+        &Snapshot::read_sqlite(db),
+        Engine::Sqlite,
+        vendors,
+        providers,
+    )
+}
+
+/// `assert_money_invariants` on either engine.
+pub async fn assert_money_invariants_on(db: &Db, vendors: &Vendors, providers: &[&str]) {
+    check(&Snapshot::read(db).await, db.engine(), vendors, providers)
+}
+
+fn check(s: &Snapshot, engine: Engine, vendors: &Vendors, providers: &[&str]) {
+    for a in &s.attempts {
+        assert_ne!(
+            text(a, 3),
+            "in_flight",
+            "{engine:?}: an attempt is left in flight: {a:?}"
+        );
+    }
+    for r in &s.requests {
+        assert_ne!(
+            text(r, 4),
+            "in_flight",
+            "{engine:?}: a request is left in flight: {r:?}"
+        );
+        assert!(
+            text(r, 5) == "0" || text(r, 4) == "interrupted",
+            "{engine:?}: a finished request still holds a reservation: {r:?}"
+        );
+    }
+
+    // What each attempt charges its request's budgets: its billed cost, or its worst
+    // case when it may have been billed without a receipt.
+    let mut attempts_of: BTreeMap<&str, Vec<&Row>> = BTreeMap::new();
+    for a in &s.attempts {
+        attempts_of.entry(text(a, 0)).or_default().push(a);
+    }
+    let charge = |a: &Row| match text(a, 5) {
+        "billed" => dec(text(a, 6)),
+        "maybe_billed" => dec(text(a, 7)),
+        _ => Decimal::ZERO,
     };
-    for (policy, period, start, limit, spent, reserved) in &windows {
-        let (limit, spent, reserved) = (dec(limit), dec(spent), dec(reserved));
+    // policy, received_at, charged: of every request that reached the budgets.
+    let charged: Vec<(&str, &str, Decimal)> = s
+        .requests
+        .iter()
+        .filter(|r| text(r, 4) != "refused" || attempts_of.contains_key(text(r, 0)))
+        .map(|r| {
+            let own = attempts_of.get(text(r, 0)).cloned().unwrap_or_default();
+            // A request recovered as interrupted still holds its reservation as spent.
+            let c = if text(r, 4) == "interrupted" && text(r, 5) == "1" {
+                dec(text(r, 6))
+            } else {
+                own.iter().map(|a| charge(a)).sum()
+            };
+            (text(r, 1), text(r, 2), c)
+        })
+        .collect();
+
+    // Each window: nothing reserved, spent within the limit, and spent at least (here:
+    // exactly) what the requests received in it were charged.
+    for w in &s.windows {
+        let (policy, period, start) = (text(w, 0), text(w, 1), text(w, 2));
+        let (limit, spent, reserved) = (dec(text(w, 3)), dec(text(w, 4)), dec(text(w, 5)));
         assert_eq!(
             reserved,
             Decimal::ZERO,
-            "{policy} {period} {start}: reserved {reserved} after quiescence"
+            "{engine:?} {policy} {period} {start}: reserved {reserved} after quiescence"
         );
         assert!(
             spent <= limit,
-            "{policy} {period} {start}: spent {spent} passes the limit {limit}"
+            "{engine:?} {policy} {period} {start}: spent {spent} passes the limit {limit}"
         );
-        let prefix = match period.as_str() {
+        let prefix = match period {
             "day" => &start[..10],
             _ => &start[..7],
         };
-        let sum: Decimal = charged_by_request
-            .values()
-            .filter(|(p, received, _)| p == policy && received.starts_with(prefix))
+        let sum: Decimal = charged
+            .iter()
+            .filter(|(p, received, _)| *p == policy && received.starts_with(prefix))
             .map(|(_, _, c)| *c)
             .sum();
         assert_eq!(
             sum.normalize(),
             spent.normalize(),
-            "{policy} {period} {start}: the attempts charge {sum} but the window says spent {spent}"
+            "{engine:?} {policy} {period} {start}: the attempts charge {sum} but the window says spent {spent}"
         );
     }
 
     // Every call a mock vendor received is exactly one attempt row naming that
     // provider (purser names the row in `x-purser-attempt`); and every attempt the
     // vendor answered is one of those calls.
+    let provider_of: BTreeMap<String, &str> = s
+        .attempts
+        .iter()
+        .map(|a| (format!("{}/{}", text(a, 0), text(a, 1)), text(a, 2)))
+        .collect();
     for p in providers {
-        let calls = vendors.sent(p);
-        let mut seen = std::collections::BTreeSet::new();
-        for c in &calls {
+        let mut seen = BTreeSet::new();
+        for c in &vendors.sent(p) {
             assert!(
                 seen.insert(c.attempt.clone()),
                 "provider {p}: attempt {} made two calls",
                 c.attempt
             );
-            let (id, seq) = c
-                .attempt
-                .rsplit_once('/')
-                .unwrap_or_else(|| panic!("call without x-purser-attempt: {:?}", c.attempt));
-            let named: Option<String> = conn
-                .query_row(
-                    "SELECT provider FROM attempts WHERE request_id = ?1 AND seq = ?2",
-                    rusqlite::params![id, seq.parse::<i64>().unwrap()],
-                    |r| r.get(0),
-                )
-                .ok();
             assert_eq!(
-                named.as_deref(),
+                provider_of.get(&c.attempt).copied(),
                 Some(*p),
-                "provider {p}: call {} has no attempt row naming it",
+                "{engine:?} provider {p}: call {} has no attempt row naming it",
                 c.attempt
             );
         }
-        let answered: Vec<String> = conn
-            .prepare("SELECT request_id || '/' || seq FROM attempts WHERE provider = ?1 AND status IS NOT NULL")
-            .unwrap()
-            .query_map([p], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        for a in answered {
+        for a in s
+            .attempts
+            .iter()
+            .filter(|a| text(a, 2) == *p && a[4].is_some())
+        {
+            let name = format!("{}/{}", text(a, 0), text(a, 1));
             assert!(
-                seen.contains(&a),
-                "provider {p}: attempt {a} has an answer but the vendor never saw its call"
+                seen.contains(&name),
+                "{engine:?} provider {p}: attempt {name} has an answer but the vendor never saw its call"
+            );
+        }
+    }
+
+    // Billable once started: an attempt that received a 2xx (a streamed attempt's
+    // status is its stream's) is billed or maybe billed.
+    for a in &s.attempts {
+        if text(a, 4).len() == 3 && text(a, 4).starts_with('2') {
+            assert_ne!(
+                text(a, 5),
+                "not_billed",
+                "{engine:?}: attempt {}/{} received a {} and is booked not billed",
+                text(a, 0),
+                text(a, 1),
+                text(a, 4)
             );
         }
     }
 
     // A hard-ceiling request makes at most one attempt that may have been billed.
-    let over: Vec<String> = conn
-        .prepare(
-            "SELECT r.id FROM requests r WHERE r.mode = 'hard'
-             AND (SELECT COUNT(*) FROM attempts a WHERE a.request_id = r.id AND a.billing <> 'not_billed') > 1",
-        )
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    assert!(
-        over.is_empty(),
-        "hard requests with more than one billable attempt: {over:?}"
-    );
+    for r in s.requests.iter().filter(|r| text(r, 3) == "hard") {
+        let billable = attempts_of.get(text(r, 0)).map_or(0, |a| {
+            a.iter().filter(|a| text(a, 5) != "not_billed").count()
+        });
+        assert!(
+            billable <= 1,
+            "{engine:?}: hard request {} has {billable} billable attempts",
+            text(r, 0)
+        );
+    }
 }
