@@ -65,13 +65,30 @@ fn cases() -> Vec<(&'static str, Vec<Expected>)> {
             ],
         ),
         ("new-client", vec![(W, "analytics", "client")]),
+        // A raised price makes the same ceilings and budgets admit less spend.
         (
             "price-raised",
             vec![(
-                W,
+                N,
                 "finance/gpt-4o",
                 "output price per Mtok of openai-us/gpt-4o",
             )],
+        ),
+        // A lowered price makes them admit more: it widens, wherever the model is used.
+        (
+            "price-lowered",
+            vec![
+                (
+                    W,
+                    "analytics/gpt-4o-mini",
+                    "input price per Mtok of openai-us/gpt-4o-mini",
+                ),
+                (
+                    W,
+                    "finance/gpt-4o-mini",
+                    "input price per Mtok of openai-us/gpt-4o-mini",
+                ),
+            ],
         ),
         ("model-removed", vec![(N, "finance", "model")]),
         ("policy-added", vec![(W, "support", "policy")]),
@@ -177,6 +194,23 @@ fn fail_on_widen_is_a_ci_gate() {
         out.status.code(),
         Some(0),
         "without the gate a widening diff is not an error"
+    );
+    // A price lowered from 0.15 to 0.10 per Mtok widens and fails the gate; a raised
+    // one narrows and passes it.
+    let (o, n) = dirs("price-lowered");
+    let out = purser(&["diff", &o, &n, "--fail-on", "widen"], None);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0.15 → 0.10"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (o, n) = dirs("price-raised");
+    assert_eq!(
+        purser(&["diff", &o, &n, "--fail-on", "widen"], None)
+            .status
+            .code(),
+        Some(0)
     );
     let (o, n) = dirs("soft-to-hard");
     assert_eq!(

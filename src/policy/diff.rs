@@ -122,6 +122,28 @@ impl Out<'_> {
         }
     }
 
+    /// A price as configured: a *lowered* price widens, because every ceiling and budget
+    /// is proved with it, so the same limits then admit more real spend (a price of 0
+    /// turns them off). A rate added where the table had none is a price lowered from the
+    /// stand-in it replaces, so it widens too; a rate removed narrows.
+    fn price(&mut self, model: Option<&str>, what: &str, old: Option<Money>, new: Option<Money>) {
+        let shown = |m: Option<Money>, cur: &str| {
+            m.map_or_else(
+                || "(not listed)".to_string(),
+                |m| m.for_people(cur).to_string(),
+            )
+        };
+        let widens = match (old, new) {
+            (Some(o), Some(n)) if o == n => return,
+            (None, None) => return,
+            (Some(o), Some(n)) => n < o,
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+        };
+        let (before, after) = (shown(old, self.old_currency), shown(new, self.new_currency));
+        self.push(Tag::by(widens), model, what, before, after);
+    }
+
     /// A raised amount widens.
     fn amount(&mut self, model: Option<&str>, what: &str, old: Money, new: Money) {
         if old != new {
@@ -369,18 +391,32 @@ fn destination(
     b: &Destination,
 ) {
     let at = |d: &Destination, what: &str| format!("{what} of {}", d.label());
-    out.amount(
-        m,
-        &at(b, "input price per Mtok"),
-        a.input_per_mtok.per_million(),
-        b.input_per_mtok.per_million(),
-    );
-    out.amount(
-        m,
-        &at(b, "output price per Mtok"),
-        a.output_per_mtok.per_million(),
-        b.output_per_mtok.per_million(),
-    );
+    let rate = |p: &crate::money::PricePerMTok| Some(p.per_million());
+    let prices = [
+        (
+            "input price per Mtok",
+            rate(&a.input_per_mtok),
+            rate(&b.input_per_mtok),
+        ),
+        (
+            "output price per Mtok",
+            rate(&a.output_per_mtok),
+            rate(&b.output_per_mtok),
+        ),
+        (
+            "cached input price per Mtok",
+            a.cached_input_per_mtok.as_ref().and_then(rate),
+            b.cached_input_per_mtok.as_ref().and_then(rate),
+        ),
+        (
+            "cache write price per Mtok",
+            a.cache_write_per_mtok.as_ref().and_then(rate),
+            b.cache_write_per_mtok.as_ref().and_then(rate),
+        ),
+    ];
+    for (what, old, new) in prices {
+        out.price(m, &at(b, what), old, new);
+    }
     if a.jurisdiction != b.jurisdiction {
         out.push(
             Tag::Widens,
