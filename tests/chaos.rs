@@ -15,7 +15,8 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::money::{assert_money_invariants, quiesce};
+use common::db::Engine;
+use common::money::{assert_money_invariants_on, quiesce_on};
 use common::vendors::{Script, Vendors, stream_body};
 use common::{provider, sha};
 use futures_util::StreamExt;
@@ -185,6 +186,16 @@ async fn one(url: String, key: &'static str, stream: bool, client: Client) -> Op
 
 #[test]
 fn chaos_keeps_every_money_invariant() {
+    chaos(Engine::Sqlite);
+}
+
+/// The same chaos with the ledger on PostgreSQL.
+#[test]
+fn chaos_keeps_every_money_invariant_on_postgres() {
+    chaos(Engine::Postgres);
+}
+
+fn chaos(engine: Engine) {
     let seed: u64 = std::env::var("PURSER_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -195,21 +206,23 @@ fn chaos_keeps_every_money_invariant() {
                 | 1
         });
     println!("chaos seed {seed} (replay with PURSER_CHAOS_SEED={seed})");
-    let outcome = std::panic::catch_unwind(|| run(seed));
+    let outcome = std::panic::catch_unwind(|| run(seed, engine));
     if let Err(e) = outcome {
         eprintln!("chaos failed with seed {seed}: replay with PURSER_CHAOS_SEED={seed}");
         std::panic::resume_unwind(e);
     }
 }
 
-fn run(seed: u64) {
+fn run(seed: u64, engine: Engine) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let g = common::start(docs).await;
+        let Some(g) = common::start_on(engine, "chaos", docs).await else {
+            return;
+        };
         let mut rng = Rng(seed);
         for p in PROVIDERS {
             let scripts = (0..REQUESTS / 2).map(|_| script(&mut rng, p)).collect();
@@ -245,8 +258,8 @@ fn run(seed: u64) {
         for c in clients {
             c.await.unwrap();
         }
-        quiesce(&g.db, 30).await;
-        assert_money_invariants(&g.db, &g.vendors, &PROVIDERS);
+        quiesce_on(&g.ledger_db, 30).await;
+        assert_money_invariants_on(&g.ledger_db, &g.vendors, &PROVIDERS).await;
         // Every stream read to its end: a complete one is exactly what its vendor
         // wrote; one ended by an error event holds a prefix of it.
         let read = read.lock().unwrap();
@@ -258,14 +271,13 @@ fn run(seed: u64) {
                 assert!(sent.starts_with(&r.text), "seed {seed}: `{}` is not a prefix of `{sent}`", r.text);
             }
         }
-        let conn = purser::ledger::read::open_reader(&g.db).unwrap();
-        let outcomes: Vec<(String, i64)> = conn
-            .prepare("SELECT outcome || '/' || COALESCE(error_code, '-'), COUNT(*) FROM requests GROUP BY 1 ORDER BY 2 DESC")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        println!("seed {seed}: {} streams read to the end; outcomes {outcomes:?}", read.len());
+        let outcomes = g
+            .ledger_db
+            .rows("SELECT outcome || '/' || COALESCE(error_code, '-'), COUNT(*) FROM requests GROUP BY 1 ORDER BY 2 DESC")
+            .await;
+        println!(
+            "seed {seed} ({engine:?}): {} streams read to the end; outcomes {outcomes:?}",
+            read.len()
+        );
     });
 }
