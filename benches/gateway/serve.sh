@@ -3,8 +3,8 @@
 # mock at $UPSTREAM_BASE, starts a fresh ledger, and runs purser in the foreground.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-: "${UPSTREAM_BASE:?UPSTREAM_BASE is exported by ../shared/bench/run.sh}"
-work=$(mktemp -d /tmp/purser-bench.XXXXXX)
+: "${UPSTREAM_BASE:?UPSTREAM_BASE is exported by benches/harness/run.sh}"
+work=$(mktemp -d "${PURSER_BENCH_LEDGER_DIR:-/tmp}/purser-bench.XXXXXX")
 mkdir -p "$work/policies"
 sed "s|\${UPSTREAM_BASE}|$UPSTREAM_BASE|" "$here/policy.yaml.template" > "$work/policies/bench.yaml"
 export RUST_LOG=${RUST_LOG:-warn}
