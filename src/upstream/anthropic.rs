@@ -176,7 +176,9 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
 
 /// An Anthropic `usage` object (a message's, or a stream's merged `message_start` and
 /// `message_delta` usage). `input_tokens` excludes the cache, so the reads and writes
-/// are added to make the input total.
+/// are added to make the input total. Anthropic reports no total and no breakdown of
+/// the output, so there is no second reading to cross-check `output_tokens` against;
+/// a stream's placeholder count is dropped by the translator until the final one.
 pub fn usage(u: &Value) -> Usage {
     let read = count(u, "/cache_read_input_tokens");
     let write = count(u, "/cache_creation_input_tokens");

@@ -204,9 +204,12 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
 /// absent part (cached, tool-use, thoughts) is 0. The output total is also derived
 /// from `totalTokenCount`, which counts prompt, tool-use prompt, candidates and
 /// thoughts, and the larger reading is kept: an omitted `candidatesTokenCount` or
-/// `thoughtsTokenCount` cannot hide billed output.
+/// `thoughtsTokenCount` cannot hide billed output (the same largest reading as
+/// OpenAI's `usage_block`).
 pub fn usage(m: &Value, complete: bool) -> Usage {
-    let prompt = count(m, "/promptTokenCount");
+    let cached = count(m, "/cachedContentTokenCount");
+    // The cached content is part of the prompt: a prompt count below it is read at it.
+    let prompt = count(m, "/promptTokenCount").map(|p| p.max(cached.unwrap_or(0)));
     let tool_use = count(m, "/toolUsePromptTokenCount").unwrap_or(0);
     let candidates = count(m, "/candidatesTokenCount");
     let thoughts = count(m, "/thoughtsTokenCount");
@@ -222,7 +225,7 @@ pub fn usage(m: &Value, complete: bool) -> Usage {
     };
     Usage {
         input: prompt.map(|p| p.saturating_add(tool_use)),
-        cached_input: prompt.map(|_| count(m, "/cachedContentTokenCount").unwrap_or(0)),
+        cached_input: prompt.map(|_| cached.unwrap_or(0)),
         // Gemini bills cache storage by the hour, never a write inside a call.
         cache_write: prompt.map(|_| 0),
         output: output.filter(|_| complete),

@@ -131,6 +131,12 @@ pub(crate) fn count(v: &Value, pointer: &str) -> Option<u64> {
     v.pointer(pointer).and_then(Value::as_u64)
 }
 
+/// The largest of the readings reported; `None` when none was. Usage is read at its
+/// largest reading (DESIGN 5): each figure a vendor sends implies a least count.
+pub(crate) fn largest<const N: usize>(readings: [Option<u64>; N]) -> Option<u64> {
+    readings.into_iter().flatten().max()
+}
+
 impl Usage {
     /// The client-facing usage block, in OpenAI's shape: `prompt_tokens` counts cached
     /// input and `completion_tokens` reasoning, with the parts in the `_details` OpenAI

@@ -329,3 +329,64 @@ fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
     });
     assert_eq!(t.usage(), usage(4012, 3000, 1000, 8, None));
 }
+
+#[test]
+fn openai_output_is_read_at_the_largest_figure_the_usage_implies() {
+    // The relay's reading: completion 0, but total − prompt and the reasoning say 60+.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 21, "completion_tokens": 0,
+        "total_tokens": 81, "completion_tokens_details": {"reasoning_tokens": 60}}));
+    assert_eq!((u.input, u.output, u.reasoning), (Some(21), Some(60), Some(60)));
+    // Reasoning larger than both: the output is at least the reasoning.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 10, "completion_tokens": 5,
+        "total_tokens": 15, "completion_tokens_details": {"reasoning_tokens": 40}}));
+    assert_eq!(u.output, Some(40));
+    // Reasoning where some compatible servers put it.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 10, "completion_tokens": 0, "reasoning_tokens": 33}),
+    );
+    assert_eq!((u.output, u.reasoning), (Some(33), Some(33)));
+    // A consistent usage reads as it is.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}),
+    );
+    assert_eq!((u.input, u.output), (Some(12), Some(8)));
+    // A total alone (no completion count) is a reading of the output.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 12, "total_tokens": 50}));
+    assert_eq!(u.output, Some(38));
+    // Reasoning alone is a part, not a total: the output stays unreported.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 12, "completion_tokens_details": {"reasoning_tokens": 7}}),
+    );
+    assert_eq!(u.output, None);
+    // Cache reads above the prompt count: the prompt is at least the reads.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 0, "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 500}}));
+    assert_eq!(u.input, Some(500));
+}
+
+#[test]
+fn gemini_output_is_read_at_the_largest_figure_the_usage_implies() {
+    // candidates + thoughts against total − prompt − tool-use prompt: the larger.
+    let m = json!({"promptTokenCount": 21, "candidatesTokenCount": 0, "thoughtsTokenCount": 10,
+        "totalTokenCount": 81});
+    let u = super::gemini::usage(&m, true);
+    assert_eq!((u.input, u.output, u.reasoning), (Some(21), Some(60), Some(10)));
+    let m = json!({"promptTokenCount": 21, "candidatesTokenCount": 30, "thoughtsTokenCount": 60,
+        "totalTokenCount": 81});
+    assert_eq!(super::gemini::usage(&m, true).output, Some(90));
+    // Cached content above the prompt count: the prompt is at least the cache.
+    let m = json!({"promptTokenCount": 5, "cachedContentTokenCount": 900, "candidatesTokenCount": 1});
+    assert_eq!(super::gemini::usage(&m, true).input, Some(900));
+}
+
+#[test]
+fn a_stream_reads_its_usage_chunk_at_the_largest_reading() {
+    let mut t = ChunkTranslator::new(Api::Openai, &dest(Api::Openai));
+    t.event(&SseEvent {
+        event: None,
+        data: json!({"choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 0,
+            "total_tokens": 81, "completion_tokens_details": {"reasoning_tokens": 60}}})
+        .to_string(),
+    });
+    assert_eq!(t.usage().output, Some(60));
+}
