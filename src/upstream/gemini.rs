@@ -157,13 +157,10 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
-    let finish = match cand
+    let finish = cand
         .and_then(|c| c.get("finishReason"))
         .and_then(Value::as_str)
-    {
-        Some("MAX_TOKENS") => "length",
-        _ => "stop",
-    };
+        .map_or("stop", finish_reason);
     let usage = body
         .get("usageMetadata")
         .map_or_else(Usage::default, |m| usage(m, true));
@@ -194,6 +191,19 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         ),
         usage,
     )
+}
+
+/// A Gemini `finishReason` in OpenAI's words: the one mapping, for plain answers and
+/// streams alike. Every reason that says the output was blocked or cut by a filter is
+/// `content_filter`; a cap is `length`; the rest (`STOP`, a malformed call, reasons
+/// added later) end the answer as `stop`.
+pub fn finish_reason(reason: &str) -> &'static str {
+    match reason {
+        "MAX_TOKENS" => "length",
+        "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION"
+        | "IMAGE_SAFETY" | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" => "content_filter",
+        _ => "stop",
+    }
 }
 
 /// A Gemini `usageMetadata` object. `complete`: it closes the answer (a whole answer,
