@@ -31,7 +31,12 @@ const ALTS: [Alt; 8] = [
     Alt::AlreadyUsed,
 ];
 
-fn available(same_upstream: bool, fits_ceiling: bool, carries_fields: bool, budget: BudgetRoom) -> AlternateState {
+fn available(
+    same_upstream: bool,
+    fits_ceiling: bool,
+    carries_fields: bool,
+    budget: BudgetRoom,
+) -> AlternateState {
     AlternateState::Available {
         same_upstream,
         fits_ceiling,
@@ -156,9 +161,17 @@ fn the_budget_is_asked_only_when_it_decides() {
                         let want = alt == Alt::BudgetUnasked
                             && expected(class, mode, Alt::Configured, earlier, this, false, false)
                                 == Action::FailOver;
-                        assert_eq!(awaits_budget(class, &ctx), want, "{class} {mode:?} {alt:?} {earlier:?} {this:?}");
+                        assert_eq!(
+                            awaits_budget(class, &ctx),
+                            want,
+                            "{class} {mode:?} {alt:?} {earlier:?} {this:?}"
+                        );
                         if want {
-                            assert_eq!(decide(class, &ctx).action, Action::Stop, "never on an unasked budget");
+                            assert_eq!(
+                                decide(class, &ctx).action,
+                                Action::Stop,
+                                "never on an unasked budget"
+                            );
                             assert_eq!(decide(class, &reserved).action, Action::FailOver);
                             let exhausted = Context {
                                 alternate: ctx.alternate.with_budget(BudgetRoom::Exhausted),
@@ -177,7 +190,11 @@ fn the_budget_is_asked_only_when_it_decides() {
 /// its class: under a hard ceiling even a rate limit then stops the request.
 #[test]
 fn a_started_attempt_never_fails_over_under_hard() {
-    for class in [FailureClass::RateLimited, FailureClass::Overloaded, FailureClass::ServerError] {
+    for class in [
+        FailureClass::RateLimited,
+        FailureClass::Overloaded,
+        FailureClass::ServerError,
+    ] {
         for this in [Billing::MaybeBilled, Billing::Billed] {
             let ctx = Context {
                 mode: Mode::Hard,
@@ -188,8 +205,15 @@ fn a_started_attempt_never_fails_over_under_hard() {
                 already_retried: false,
             };
             assert_eq!(decide(class, &ctx).action, Action::Stop, "{class} {this:?}");
-            let soft = Context { mode: Mode::Soft, ..ctx };
-            assert_eq!(decide(class, &soft).action, Action::FailOver, "{class} {this:?}");
+            let soft = Context {
+                mode: Mode::Soft,
+                ..ctx
+            };
+            assert_eq!(
+                decide(class, &soft).action,
+                Action::FailOver,
+                "{class} {this:?}"
+            );
         }
     }
 }

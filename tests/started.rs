@@ -183,10 +183,16 @@ async fn reasoning_then_an_error_event_is_started_and_stops_a_hard_request() {
     let g = gateway().await;
     let overloaded = json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}});
     for (n, key) in ["reasoning_content", "reasoning"].into_iter().enumerate() {
-        let think = openai_chunk(json!({"role": "assistant", "content": null, key: "Let me think"}), None);
+        let think = openai_chunk(
+            json!({"role": "assistant", "content": null, key: "Let me think"}),
+            None,
+        );
         g.vendors.script(
             "oa",
-            vec![Script::StreamPieces(sse(&[think, overloaded.clone()], false))],
+            vec![Script::StreamPieces(sse(
+                &[think, overloaded.clone()],
+                false,
+            ))],
         );
         let (status, id, _) = stream(&g, HARD, "m").await;
         assert_ne!(status, 200, "{key}");
@@ -218,7 +224,10 @@ async fn reasoning_then_an_error_event_is_started_and_stops_a_hard_request() {
     let (_, id, _) = stream(&g, SOFT, "c").await;
     let r = settled(&g, &id).await;
     assert_eq!(
-        (r.attempts[0].class.as_deref(), r.attempts[0].billing.as_str()),
+        (
+            r.attempts[0].class.as_deref(),
+            r.attempts[0].billing.as_str()
+        ),
         (Some("overloaded"), "maybe_billed")
     );
     invariants(&g).await;
@@ -251,11 +260,26 @@ async fn a_content_filter_after_content_is_forwarded_and_billed_at_usage() {
             "c",
             "an",
             named_sse(&[
-                ("message_start", json!({"type": "message_start", "message": {"id": "msg_f", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}})),
-                ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-                ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}})),
-                ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-                ("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_sequence": null}, "usage": {"output_tokens": 3}})),
+                (
+                    "message_start",
+                    json!({"type": "message_start", "message": {"id": "msg_f", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+                ),
+                (
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ),
+                (
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}),
+                ),
+                (
+                    "content_block_stop",
+                    json!({"type": "content_block_stop", "index": 0}),
+                ),
+                (
+                    "message_delta",
+                    json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_sequence": null}, "usage": {"output_tokens": 3}}),
+                ),
                 ("message_stop", json!({"type": "message_stop"})),
             ]),
             (12, 3),
@@ -297,7 +321,11 @@ async fn a_content_filter_after_content_is_forwarded_and_billed_at_usage() {
         assert_eq!(finishes, ["content_filter"], "{p}: {data:?}");
         assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{p}");
         let usage: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
-        assert_eq!(money(usage["purser_cost"].as_str().unwrap()), money(cost), "{p}");
+        assert_eq!(
+            money(usage["purser_cost"].as_str().unwrap()),
+            money(cost),
+            "{p}"
+        );
         let r = settled(&g, &id).await;
         let a = &r.attempts[0];
         assert_eq!(
@@ -305,7 +333,11 @@ async fn a_content_filter_after_content_is_forwarded_and_billed_at_usage() {
             ("served", Some("success"), "billed"),
             "{p}: {a:?}"
         );
-        assert_eq!((a.input_tokens, a.output_tokens), (Some(tokens.0), Some(tokens.1)), "{p}");
+        assert_eq!(
+            (a.input_tokens, a.output_tokens),
+            (Some(tokens.0), Some(tokens.1)),
+            "{p}"
+        );
         assert_eq!(money(&a.cost), money(cost), "{p}");
     }
     invariants(&g).await;
@@ -365,11 +397,11 @@ async fn usage_is_charged_at_its_largest_reading() {
     assert_eq!(r.status(), 200);
     // 21 × 0.15/M + 60 × 0.60/M
     let want = money("0.00003915");
-    assert_eq!(
-        money(r.headers()["x-purser-cost"].to_str().unwrap()),
-        want
-    );
-    let id = r.headers()["x-purser-request-id"].to_str().unwrap().to_string();
+    assert_eq!(money(r.headers()["x-purser-cost"].to_str().unwrap()), want);
+    let id = r.headers()["x-purser-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let row = settled(&g, &id).await;
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(21), Some(60)));

@@ -94,7 +94,10 @@ impl Failure {
 /// What an attempt produced; a success always carries its answer.
 pub enum Seen {
     /// A complete answer, parsed, with the text it was parsed from.
-    Complete { json: Value, raw: String },
+    Complete {
+        json: Value,
+        raw: String,
+    },
     /// The upstream's first content is in; the rest is still arriving.
     Stream(Box<Live>),
     Failed(Failure),

@@ -69,6 +69,13 @@ enum Next {
     Alternate,
 }
 
+/// The ledger's answer to a failover's top-up.
+enum Reservation {
+    Reserved,
+    /// A period budget cannot hold it (the ledger's words); nothing was reserved.
+    Refused(String),
+}
+
 /// A failed attempt's decision, with what it rests on.
 struct Decided {
     decision: Decision,
@@ -338,12 +345,8 @@ impl Chain<'_> {
         };
         let credential_changed = class == FailureClass::Auth
             && !at.retried
-            && provider.is_some_and(|p| {
-                self.deps
-                    .caller
-                    .credentials
-                    .refresh(p, seen.key.as_deref())
-            });
+            && provider
+                .is_some_and(|p| self.deps.caller.credentials.refresh(p, seen.key.as_deref()));
         let mut ctx = decide::Context {
             mode: self.policy.ceiling.mode,
             earlier_billing: at.earlier,
@@ -354,14 +357,14 @@ impl Chain<'_> {
         };
         let mut over_budget = None;
         if let (true, Some(a)) = (decide::awaits_budget(class, &ctx), &self.sel.alternate) {
-            let room = self.reserve(rec, at, bill, a).await?;
-            if let Err(e) = &room {
-                over_budget = Some(e.clone());
-            }
-            ctx.alternate = ctx.alternate.with_budget(match room {
-                Ok(()) => BudgetRoom::Reserved,
-                Err(_) => BudgetRoom::Exhausted,
-            });
+            let room = match self.reserve(rec, at, bill, a).await? {
+                Reservation::Reserved => BudgetRoom::Reserved,
+                Reservation::Refused(why) => {
+                    over_budget = Some(why);
+                    BudgetRoom::Exhausted
+                }
+            };
+            ctx.alternate = ctx.alternate.with_budget(room);
         }
         Ok(Decided {
             decision: decide::decide(class, &ctx),
@@ -373,15 +376,14 @@ impl Chain<'_> {
 
     /// Reserve what the budgets must cover once the alternate is called: everything
     /// charged so far, this attempt's charge (its worst case if it may have been
-    /// billed), and the alternate's worst case. `Err` with the ledger's refusal when a
-    /// period budget cannot hold it.
+    /// billed), and the alternate's worst case.
     async fn reserve(
         &self,
         rec: &Recorder,
         at: &mut Cursor,
         bill: Bill,
         a: &AlternateFit,
-    ) -> Result<Result<(), String>, GatewayError> {
+    ) -> Result<Reservation, GatewayError> {
         let this = match bill {
             Bill::MaybeBilled => at.worst,
             Bill::Billed(c) => c.cost,
@@ -392,9 +394,9 @@ impl Chain<'_> {
         match self.deps.ledger.top_up(rec.request_id(), extra).await {
             Ok(()) => {
                 at.held = at.held + extra;
-                Ok(Ok(()))
+                Ok(Reservation::Reserved)
             }
-            Err(e @ LedgerError::BudgetExhausted { .. }) => Ok(Err(e.to_string())),
+            Err(e @ LedgerError::BudgetExhausted { .. }) => Ok(Reservation::Refused(e.to_string())),
             Err(e) => Err(GatewayError::LedgerUnavailable(e.to_string())),
         }
     }

@@ -200,8 +200,14 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
 pub fn finish_reason(reason: &str) -> &'static str {
     match reason {
         "MAX_TOKENS" => "length",
-        "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION"
-        | "IMAGE_SAFETY" | "IMAGE_PROHIBITED_CONTENT" | "IMAGE_RECITATION" => "content_filter",
+        "SAFETY"
+        | "PROHIBITED_CONTENT"
+        | "BLOCKLIST"
+        | "SPII"
+        | "RECITATION"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => "content_filter",
         _ => "stop",
     }
 }
