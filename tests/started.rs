@@ -233,13 +233,22 @@ async fn reasoning_then_an_error_event_is_started_and_stops_a_hard_request() {
     invariants(&g).await;
 }
 
+/// Model, provider, the stream's pieces, the tokens and cost the ledger must show.
+type Case = (
+    &'static str,
+    &'static str,
+    Vec<Vec<u8>>,
+    (i64, i64),
+    &'static str,
+);
+
 /// Defect 2c. A filter's finish after content has streamed is the vendor's own finish:
 /// forwarded as OpenAI `finish_reason: content_filter`, the stream read to its end (the
 /// usage chunk after it included), the attempt billed at its usage. For each API.
 #[tokio::test]
 async fn a_content_filter_after_content_is_forwarded_and_billed_at_usage() {
     let g = gateway().await;
-    let cases: [(&str, &str, Vec<Vec<u8>>, (i64, i64), &str); 3] = [
+    let cases: [Case; 3] = [
         (
             "m",
             "oa",
@@ -406,5 +415,43 @@ async fn usage_is_charged_at_its_largest_reading() {
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(21), Some(60)));
     assert_eq!(money(&a.cost), want);
+    invariants(&g).await;
+}
+
+/// A stream that generated only thoughts and then finished (Gemini sends no end
+/// marker) is a complete, empty answer: served and billed at the usage it closed
+/// with, not a cut charged at its worst case.
+#[tokio::test]
+async fn a_stream_of_thoughts_only_is_billed_at_its_usage() {
+    let g = gateway().await;
+    g.vendors.script(
+        "ge",
+        vec![Script::StreamPieces(sse(
+            &[
+                json!({"candidates": [{"content": {"parts": [{"text": "Considering", "thought": true}], "role": "model"}}],
+                       "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12}}),
+                json!({"candidates": [{"content": {"parts": [], "role": "model"}, "finishReason": "STOP"}],
+                       "usageMetadata": {"promptTokenCount": 12, "thoughtsTokenCount": 5, "totalTokenCount": 17}}),
+            ],
+            false,
+        ))],
+    );
+    let (status, id, data) = stream(&g, SOFT, "g").await;
+    assert_eq!(status, 200, "{data:?}");
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let r = settled(&g, &id).await;
+    let a = &r.attempts[0];
+    assert_eq!(
+        (
+            r.outcome.as_str(),
+            a.billing.as_str(),
+            a.input_tokens,
+            a.output_tokens
+        ),
+        ("served", "billed", Some(12), Some(5)),
+        "{a:?}"
+    );
+    // 12 × 0.10/M + 5 × 0.40/M
+    assert_eq!(money(&a.cost), money("0.0000032"));
     invariants(&g).await;
 }

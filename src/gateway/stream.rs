@@ -167,14 +167,24 @@ pub async fn first_content(
                         Seen::Continue => {}
                     }
                 }
-                if !saw_event && let Some(start) = replay_complete(api, dest, &raw, live) {
-                    return start;
-                }
-                return Start::Failed(Failure::new(
-                    FailureClass::Dropped,
+                let (reason, message) = (
                     "the stream ended before any content",
-                    "the upstream closed the stream before any content".into(),
-                ));
+                    "the upstream closed the stream before any content",
+                );
+                if !saw_event {
+                    return replay_complete(api, dest, &raw, live).unwrap_or_else(|| {
+                        Start::Failed(Failure::new(FailureClass::Dropped, reason, message.into()))
+                    });
+                }
+                // A finish reason with no content before it (a Gemini answer of thoughts
+                // only, which has no end marker): an empty answer, complete, billed at its
+                // usage as the tail judges it.
+                if live.translator.complete() {
+                    live.exhausted = true;
+                    return Start::Content(Box::new(live));
+                }
+                // Cut: what the stream generated and reported so far still counts.
+                return live.failed(FailureClass::Dropped, reason.into(), message.into());
             }
             Step::Chunk(bytes) => {
                 if !saw_event && raw.len() < 1 << 20 {
@@ -205,7 +215,11 @@ pub async fn first_content(
                         // The usage follows the finish reason: read it, so the refusal
                         // is charged at what the vendor reported.
                         live.read_rest(&events[i + 1..]);
-                        drain(&mut live, &mut body).await;
+                        // The provider's timeout bounds the whole drain, not each read:
+                        // an upstream that trickles bytes after its finish cannot hold
+                        // the refusal.
+                        let idle = live.idle;
+                        let _ = tokio::time::timeout(idle, drain(&mut live, &mut body)).await;
                     }
                     return live.failed(class, reason, message);
                 }
