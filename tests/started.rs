@@ -418,25 +418,26 @@ async fn usage_is_charged_at_its_largest_reading() {
     invariants(&g).await;
 }
 
-/// A stream that generated only thoughts and then finished (Gemini sends no end
-/// marker) is a complete, empty answer: served and billed at the usage it closed
-/// with, not a cut charged at its worst case.
+/// A stream that generated only reasoning and then finished, from a compatible server
+/// that sends no `[DONE]`, is a complete, empty answer: served and billed at the usage
+/// it closed with, not a cut charged at its worst case.
 #[tokio::test]
-async fn a_stream_of_thoughts_only_is_billed_at_its_usage() {
+async fn a_stream_of_reasoning_only_is_billed_at_its_usage() {
     let g = gateway().await;
     g.vendors.script(
-        "ge",
+        "oa",
         vec![Script::StreamPieces(sse(
             &[
-                json!({"candidates": [{"content": {"parts": [{"text": "Considering", "thought": true}], "role": "model"}}],
-                       "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12}}),
-                json!({"candidates": [{"content": {"parts": [], "role": "model"}, "finishReason": "STOP"}],
-                       "usageMetadata": {"promptTokenCount": 12, "thoughtsTokenCount": 5, "totalTokenCount": 17}}),
+                openai_chunk(json!({"role": "assistant", "reasoning_content": "Considering"}), None),
+                openai_chunk(json!({}), Some("stop")),
+                json!({"id": "chatcmpl-started", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                       "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17,
+                                 "completion_tokens_details": {"reasoning_tokens": 5}}}),
             ],
             false,
         ))],
     );
-    let (status, id, data) = stream(&g, SOFT, "g").await;
+    let (status, id, data) = stream(&g, SOFT, "m").await;
     assert_eq!(status, 200, "{data:?}");
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     let r = settled(&g, &id).await;
@@ -451,7 +452,8 @@ async fn a_stream_of_thoughts_only_is_billed_at_its_usage() {
         ("served", "billed", Some(12), Some(5)),
         "{a:?}"
     );
-    // 12 × 0.10/M + 5 × 0.40/M
-    assert_eq!(money(&a.cost), money("0.0000032"));
+    // 12 × 0.15/M + 5 × 0.60/M
+    assert_eq!(money(&a.cost), money("0.0000048"));
+    assert_eq!(g.vendors.calls("an"), 0);
     invariants(&g).await;
 }
