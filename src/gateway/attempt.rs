@@ -18,8 +18,12 @@ use crate::upstream::{self, ChatRequest, Credentials, Observation, Usage};
 /// its class (DESIGN 5, "Billable once started").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Started {
-    /// No answer, or an answer that says the model never ran (a non-2xx status, a
-    /// stream whose head came but whose first event was an error).
+    /// No answer, or an answer that says the model never ran: a non-2xx status, or a
+    /// stream whose 2xx head came but whose events failed before any output. A
+    /// stream's head is sent before the model runs, and an error event before any
+    /// output is the same failure as the same error sent as a plain answer (DESIGN 4),
+    /// so the head alone does not make the attempt billable; its first byte of output
+    /// does.
     No,
     /// A 2xx answer body: the vendor answered the call, so the model may have run
     /// (OpenRouter, for one, answers 200 once the model started, errors included).
@@ -31,6 +35,7 @@ pub enum Started {
 /// A failed attempt, as observed: its class, and what may have billed it.
 pub struct Failure {
     pub class: FailureClass,
+    /// Why the classifier chose the class (cited in the ledger's reason).
     pub reason: String,
     /// The upstream's own words (or the transport error), unredacted.
     pub message: String,

@@ -45,12 +45,19 @@ impl SseDecoder {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
         let mut out = Vec::new();
         let mut rest = bytes;
-        if self.after_cr
-            && let Some(b'\n') = rest.first()
-        {
-            rest = &rest[1..];
+        // A `\r` that ended the last read waits for the next byte: an empty read says
+        // nothing about it, so it keeps waiting (else the `\n` after it would read as
+        // a blank line and end the event early, losing its name).
+        if self.after_cr {
+            match rest.first() {
+                Some(b'\n') => {
+                    rest = &rest[1..];
+                    self.after_cr = false;
+                }
+                Some(_) => self.after_cr = false,
+                None => {}
+            }
         }
-        self.after_cr = false;
         while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
             let ended_by_cr = rest[i] == b'\r';
             let line = if self.buf.is_empty() {
@@ -475,6 +482,16 @@ mod tests {
             }
             proptest::prop_assert_eq!(all(&raw, &cuts), whole);
         }
+    }
+
+    /// Found by the property test above: an empty read between a `\r` and its `\n`
+    /// (a duplicate cut) ended the event early and lost its name.
+    #[test]
+    fn an_empty_read_between_cr_and_lf_changes_nothing() {
+        let raw = b"event: error\r\ndata: {}\n\n";
+        let whole = all(raw, &[]);
+        assert_eq!(all(raw, &[13, 13]), whole);
+        assert_eq!(whole[0].event.as_deref(), Some("error"));
     }
 
     #[test]
