@@ -457,3 +457,38 @@ async fn a_stream_of_reasoning_only_is_billed_at_its_usage() {
     assert_eq!(g.vendors.calls("an"), 0);
     invariants(&g).await;
 }
+
+/// Reading on for the usage after a refusal finish is bounded by the provider's
+/// timeout in total, not per read: an upstream that trickles keep-alive comments after
+/// its finish cannot hold the refusal (and its reservation) open.
+#[tokio::test]
+async fn the_read_for_usage_after_a_refusal_finish_is_bounded() {
+    let g = gateway().await;
+    let mut pieces = sse(
+        &[
+            openai_chunk(
+                json!({"role": "assistant", "reasoning_content": "Hmm"}),
+                None,
+            ),
+            openai_chunk(json!({}), Some("content_filter")),
+        ],
+        false,
+    );
+    // At least 2 ms apart each: over 6 s of keep-alives, against a 3 s timeout.
+    pieces.extend(std::iter::repeat_n(b": keep-alive\n\n".to_vec(), 3000));
+    g.vendors.script("oa", vec![Script::StreamPieces(pieces)]);
+    let t = std::time::Instant::now();
+    let (status, id, _) = stream(&g, SOFT, "m").await;
+    let took = t.elapsed();
+    assert_eq!(status, 400);
+    assert!(took < Duration::from_millis(4500), "took {took:?}");
+    let r = settled(&g, &id).await;
+    assert_eq!(
+        (
+            r.attempts[0].class.as_deref(),
+            r.attempts[0].billing.as_str()
+        ),
+        (Some("content_refusal"), "maybe_billed")
+    );
+    invariants(&g).await;
+}
