@@ -8,6 +8,20 @@ use serde::Serialize;
 use crate::failure::{Billing, FailureClass};
 use crate::policy::plan::Mode;
 
+/// Whether the period budgets hold the alternate's worst case (plus what the attempts
+/// so far may have cost). Learning it means reserving it: the chain asks the ledger for
+/// the top-up only when `awaits_budget` says the answer decides, then decides again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetRoom {
+    /// Not asked. `decide` stops rather than fail over on a budget nobody checked.
+    Unasked,
+    /// The top-up is reserved in every period budget.
+    Reserved,
+    /// A period budget cannot hold it; nothing was reserved.
+    Exhausted,
+}
+
 /// The state of the policy's alternate for this request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -16,12 +30,37 @@ pub enum AlternateState {
     None,
     /// Named, and not yet used.
     Available {
+        /// Same `base_url` and credential as the destination that just failed.
         same_upstream: bool,
         fits_ceiling: bool,
+        /// The alternate's API can carry every field of the request
+        /// (`upstream::fields::check`): purser drops nothing silently.
+        carries_fields: bool,
+        budget: BudgetRoom,
     },
     /// The failed attempt was already on the alternate: a request reaches at most two
     /// destinations.
     AlreadyUsed,
+}
+
+impl AlternateState {
+    /// The same state with the budget's answer in.
+    pub fn with_budget(self, room: BudgetRoom) -> AlternateState {
+        match self {
+            AlternateState::Available {
+                same_upstream,
+                fits_ceiling,
+                carries_fields,
+                budget: _,
+            } => AlternateState::Available {
+                same_upstream,
+                fits_ceiling,
+                carries_fields,
+                budget: room,
+            },
+            AlternateState::None | AlternateState::AlreadyUsed => self,
+        }
+    }
 }
 
 /// Everything the decision depends on besides the class.
@@ -30,6 +69,10 @@ pub struct Context {
     pub mode: Mode,
     /// Billing of every attempt before the one that just failed, worst first.
     pub earlier_billing: Billing,
+    /// Billing of the attempt that just failed: its class's, raised to at least
+    /// `maybe_billed` once the vendor started (a 2xx, a streamed byte of output), and
+    /// `billed` when its usage was found (DESIGN 5, "Billable once started").
+    pub billing: Billing,
     pub alternate: AlternateState,
     /// The credential source now yields a different secret than the one just used.
     pub credential_changed: bool,
@@ -80,6 +123,9 @@ pub enum Why {
     /// The decision was to fail over, but the alternate's API cannot carry a field of
     /// the request (purser drops nothing silently).
     AlternateRefusesFields,
+    /// Failing over needs the alternate's worst case reserved, and it was not asked
+    /// for (a chain that skipped `awaits_budget` fails closed).
+    BudgetUnasked,
     ProviderSideClass,
 }
 
@@ -106,6 +152,7 @@ impl Decision {
             Why::AlternateOverCeiling => format!("{c}: the alternate's worst case does not fit the ceiling"),
             Why::AlternateOverBudget => format!("{c} is provider-side, but the alternate's worst case does not fit what is left of the period budget: no further call is made"),
             Why::AlternateRefusesFields => format!("{c} is provider-side, but the alternate's API cannot carry a field of this request: no further call is made"),
+            Why::BudgetUnasked => format!("{c} is provider-side, but the alternate's worst case was not reserved in the budget: no further call is made"),
             Why::ProviderSideClass => format!("{c} is provider-side: failing over to the alternate"),
         }
     }
@@ -143,18 +190,20 @@ pub fn decide(class: FailureClass, ctx: &Context) -> Decision {
 }
 
 fn fail_over_or_stop(class: FailureClass, ctx: &Context) -> Decision {
-    let (same_upstream, fits) = match ctx.alternate {
+    let (same_upstream, fits, carries, budget) = match ctx.alternate {
         AlternateState::None => return d(Action::Stop, Why::NoAlternate, class),
         AlternateState::AlreadyUsed => return d(Action::Stop, Why::AlternateAlreadyUsed, class),
         AlternateState::Available {
             same_upstream,
             fits_ceiling,
-        } => (same_upstream, fits_ceiling),
+            carries_fields,
+            budget,
+        } => (same_upstream, fits_ceiling, carries_fields, budget),
     };
     if same_upstream {
         return d(Action::Stop, Why::SameUpstream, class);
     }
-    let billed_so_far = ctx.earlier_billing.max(class.billing());
+    let billed_so_far = ctx.earlier_billing.max(ctx.billing);
     match ctx.mode {
         Mode::Hard if billed_so_far != Billing::NotBilled => {
             return d(Action::Stop, Why::HardCeilingMaybeBilled, class);
@@ -164,18 +213,54 @@ fn fail_over_or_stop(class: FailureClass, ctx: &Context) -> Decision {
     if !fits {
         return d(Action::Stop, Why::AlternateOverCeiling, class);
     }
-    d(Action::FailOver, Why::ProviderSideClass, class)
+    if !carries {
+        return d(Action::Stop, Why::AlternateRefusesFields, class);
+    }
+    match budget {
+        BudgetRoom::Reserved => d(Action::FailOver, Why::ProviderSideClass, class),
+        BudgetRoom::Exhausted => d(Action::Stop, Why::AlternateOverBudget, class),
+        BudgetRoom::Unasked => d(Action::Stop, Why::BudgetUnasked, class),
+    }
+}
+
+/// Whether the decision now turns on the budget alone: the alternate's budget is not
+/// asked yet, and with it reserved `decide` would fail over. The chain reserves the
+/// top-up only then (a reservation is a ledger write), and decides again with the
+/// answer as `BudgetRoom`.
+pub fn awaits_budget(class: FailureClass, ctx: &Context) -> bool {
+    match ctx.alternate {
+        AlternateState::Available {
+            budget: BudgetRoom::Unasked,
+            ..
+        } => {
+            let reserved = Context {
+                alternate: ctx.alternate.with_budget(BudgetRoom::Reserved),
+                ..*ctx
+            };
+            decide(class, &reserved).action == Action::FailOver
+        }
+        AlternateState::Available {
+            budget: BudgetRoom::Reserved | BudgetRoom::Exhausted,
+            ..
+        }
+        | AlternateState::None
+        | AlternateState::AlreadyUsed => false,
+    }
 }
 
 /// Whether `class` would reach the alternate under `mode`, assuming it is configured,
-/// distinct, fits, and nothing before was billed (`purser classify`, `explain`).
+/// distinct, fits, can carry the request, its budget holds, and nothing before was
+/// billed nor anything started (`purser classify`, `explain`).
 pub fn fails_over(class: FailureClass, mode: Mode) -> bool {
     let ctx = Context {
         mode,
         earlier_billing: Billing::NotBilled,
+        billing: class.billing(),
         alternate: AlternateState::Available {
             same_upstream: false,
             fits_ceiling: true,
+            carries_fields: true,
+            budget: BudgetRoom::Reserved,
         },
         credential_changed: false,
         already_retried: false,

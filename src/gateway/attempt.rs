@@ -8,46 +8,122 @@ use serde_json::Value;
 use super::stream::{self, Live};
 use super::upstream_message;
 use crate::breaker::{Breaker, Breakers, Permit};
-use crate::failure::{self, FailureClass, Outcome as Classified};
+use crate::failure::{self, Billing, FailureClass, Outcome as Classified};
 use crate::policy::plan::{Api, Destination, Provider};
-use crate::upstream::{self, ChatRequest, Credentials, Observation};
+use crate::pricing::{self, Charge};
+use crate::selection::TokenBounds;
+use crate::upstream::{self, ChatRequest, Credentials, Observation, Usage};
 
-/// What a successful attempt produced.
-pub enum Answer {
+/// How far the vendor got before an attempt failed: what makes it billable whatever
+/// its class (DESIGN 5, "Billable once started").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// No answer, or an answer that says the model never ran: a non-2xx status, or a
+    /// stream whose 2xx head came but whose events failed before any output. A
+    /// stream's head is sent before the model runs, and an error event before any
+    /// output is the same failure as the same error sent as a plain answer (DESIGN 4),
+    /// so the head alone does not make the attempt billable; its first byte of output
+    /// does.
+    No,
+    /// A 2xx answer body: the vendor answered the call, so the model may have run
+    /// (OpenRouter, for one, answers 200 once the model started, errors included).
+    Answered,
+    /// A stream sent content, reasoning or a tool call before it failed.
+    Generated,
+}
+
+/// A failed attempt, as observed: its class, and what may have billed it.
+pub struct Failure {
+    pub class: FailureClass,
+    /// Why the classifier chose the class (cited in the ledger's reason).
+    pub reason: String,
+    /// The upstream's own words (or the transport error), unredacted.
+    pub message: String,
+    pub started: Started,
+    /// Usage found anywhere in the answer (an error body or event may carry it).
+    pub usage: Usage,
+}
+
+/// Whether and how a failed attempt is billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bill {
+    NotBilled,
+    /// May have been billed without a receipt: charged at its worst case.
+    MaybeBilled,
+    /// Its usage was found: charged at it.
+    Billed(Charge),
+}
+
+impl Bill {
+    pub fn billing(self) -> Billing {
+        match self {
+            Bill::NotBilled => Billing::NotBilled,
+            Bill::MaybeBilled => Billing::MaybeBilled,
+            Bill::Billed(_) => Billing::Billed,
+        }
+    }
+}
+
+impl Failure {
+    pub fn new(class: FailureClass, reason: impl Into<String>, message: String) -> Failure {
+        Failure {
+            class,
+            reason: reason.into(),
+            message,
+            started: Started::No,
+            usage: Usage::default(),
+        }
+    }
+
+    /// The rule that makes a started attempt billable, in one place: usage found in
+    /// the answer is priced (`billed`), whatever the class; else an attempt the vendor
+    /// started is at least `maybe_billed`; else its class says. Usage counts as found
+    /// when it carries an output figure: an input count alone (Anthropic's
+    /// `message_start`) is a prompt size, not a receipt, and the worst case covers more.
+    pub fn bill(&self, dest: &Destination, bounds: TokenBounds) -> Bill {
+        if self.usage.output.is_some() {
+            return Bill::Billed(pricing::charge(dest, &self.usage, bounds));
+        }
+        let floor = match self.started {
+            Started::No => Billing::NotBilled,
+            Started::Answered | Started::Generated => Billing::MaybeBilled,
+        };
+        match self.class.billing().max(floor) {
+            Billing::NotBilled => Bill::NotBilled,
+            // A class that says `billed` has no charge to show: charged at its worst case.
+            Billing::MaybeBilled | Billing::Billed => Bill::MaybeBilled,
+        }
+    }
+}
+
+/// What an attempt produced; a success always carries its answer.
+pub enum Seen {
     /// A complete answer, parsed, with the text it was parsed from.
-    Complete { json: Value, raw: String },
+    Complete {
+        json: Value,
+        raw: String,
+    },
     /// The upstream's first content is in; the rest is still arriving.
     Stream(Box<Live>),
+    Failed(Failure),
 }
 
 /// How one attempt went, before any decision.
 pub struct Observed {
-    pub outcome: Classified,
+    pub seen: Seen,
     pub status: Option<u16>,
-    /// The upstream's own words (or the transport error), unredacted.
-    pub message: String,
     /// The key the call used, to redact it from messages and to spot a rotation.
     pub key: Option<String>,
-    pub answer: Option<Answer>,
     /// When the call was sent; `None` when no call was made.
     pub sent: Option<Instant>,
 }
 
 impl Observed {
-    pub fn class(&self) -> Option<FailureClass> {
-        self.outcome.class()
-    }
-
     fn no_call(class: FailureClass, reason: &str, message: String) -> Observed {
         Observed {
-            outcome: Classified::Failure {
-                class,
-                reason: reason.to_string().into(),
-            },
+            seen: Seen::Failed(Failure::new(class, reason, message)),
             status: None,
-            message,
             key: None,
-            answer: None,
             sent: None,
         }
     }
@@ -67,18 +143,13 @@ impl Drop for ProbeGuard<'_> {
 
 /// Classify a complete answer (a plain call's, or a streamed call's that never became
 /// a stream); a successful one is parsed once.
-fn observe(api: Api, obs: Observation) -> (Classified, Option<u16>, String, Option<Answer>) {
+fn observe(api: Api, obs: Observation) -> (Option<u16>, Seen) {
     match obs {
         Observation::Transport(t, detail) => {
             let (class, reason) = failure::classify_transport(t);
             (
-                Classified::Failure {
-                    class,
-                    reason: reason.into(),
-                },
                 None,
-                format!("{reason}: {detail}"),
-                None,
+                Seen::Failed(Failure::new(class, reason, format!("{reason}: {detail}"))),
             )
         }
         Observation::Answer {
@@ -87,28 +158,33 @@ fn observe(api: Api, obs: Observation) -> (Classified, Option<u16>, String, Opti
             body,
         } => {
             let (o, json) = failure::classify_answer(api, status, &headers, &body);
-            match (o, json) {
-                (Classified::Success, Some(json)) => (
-                    Classified::Success,
-                    Some(status),
-                    String::new(),
-                    Some(Answer::Complete { json, raw: body }),
-                ),
+            let seen = match (o, json) {
+                (Classified::Success, Some(json)) => Seen::Complete { json, raw: body },
                 // The classifier passes a 2xx event stream as a success, for the
                 // streaming path; as a complete answer it holds nothing to hand on.
-                (Classified::Success, None) => (
-                    Classified::Failure {
-                        class: FailureClass::Unclassified,
-                        reason: "a 2xx event stream to a request that did not ask for one".into(),
+                (Classified::Success, None) => Seen::Failed(Failure {
+                    started: Started::Answered,
+                    ..Failure::new(
+                        FailureClass::Unclassified,
+                        "a 2xx event stream to a request that did not ask for one",
+                        upstream_message(&body),
+                    )
+                }),
+                (Classified::Failure { class, reason }, json) => Seen::Failed(Failure {
+                    class,
+                    reason: reason.into_owned(),
+                    message: upstream_message(&body),
+                    started: if (200..300).contains(&status) {
+                        Started::Answered
+                    } else {
+                        Started::No
                     },
-                    Some(status),
-                    upstream_message(&body),
-                    None,
-                ),
-                (o @ Classified::Failure { .. }, _) => {
-                    (o, Some(status), upstream_message(&body), None)
-                }
-            }
+                    usage: json
+                        .as_ref()
+                        .map_or_else(Usage::default, |v| upstream::usage(api, v)),
+                }),
+            };
+            (Some(status), seen)
         }
     }
 }
@@ -165,31 +241,14 @@ impl Caller<'_> {
             .headers
             .push(("x-purser-attempt", attempt_id.to_string()));
         let sent = Instant::now();
-        let (outcome, status, message, answer) = if req.stream {
+        let (status, seen) = if req.stream {
             match upstream::open_stream(self.http, prepared, provider.timeout()).await {
                 upstream::Opened::Complete(obs) => observe(provider.api, obs),
                 upstream::Opened::Streaming { status, body, .. } => {
                     match stream::first_content(provider.api, dest, body, provider.timeout()).await
                     {
-                        stream::Start::Content(live) => (
-                            Classified::Success,
-                            Some(status),
-                            String::new(),
-                            Some(Answer::Stream(live)),
-                        ),
-                        stream::Start::Failed {
-                            class,
-                            reason,
-                            message,
-                        } => (
-                            Classified::Failure {
-                                class,
-                                reason: reason.into(),
-                            },
-                            Some(status),
-                            message,
-                            None,
-                        ),
+                        stream::Start::Content(live) => (Some(status), Seen::Stream(live)),
+                        stream::Start::Failed(f) => (Some(status), Seen::Failed(f)),
                     }
                 }
             }
@@ -198,15 +257,17 @@ impl Caller<'_> {
             observe(provider.api, obs)
         };
         if let Some(b) = breaker {
-            b.record(outcome.class(), self.breakers.now_ms());
+            let class = match &seen {
+                Seen::Complete { .. } | Seen::Stream(_) => None,
+                Seen::Failed(f) => Some(f.class),
+            };
+            b.record(class, self.breakers.now_ms());
         }
         probe.0 = None;
         Observed {
-            outcome,
+            seen,
             status,
-            message,
             key,
-            answer,
             sent: Some(sent),
         }
     }

@@ -1,32 +1,48 @@
 //! The chain of one admitted request: attempt → classify → decide → record, until it
 //! is served or stops. It reaches at most the primary and the policy's one alternate,
 //! and the alternate only once its worst case is reserved in every period budget.
-
-use std::sync::Arc;
+//!
+//! Every fact the failover turns on — the alternate's upstream, ceiling, fields, and
+//! budget room — is an input of `decide`, which is the only decision. The budget room
+//! costs a ledger write to learn (it is learnt by reserving it), so the chain asks for
+//! it only when `decide::awaits_budget` says it is all that stands in the way, and
+//! decides again with the answer.
 
 use tracing::Instrument;
 
-use super::attempt::{Answer, Caller, Observed};
-use super::recorder::{Closing, Ended, Recorder};
+use super::attempt::{Bill, Caller, Failure, Observed, Seen, Started};
+use super::recorder::{Closing, Ended, Recorder, Verdict};
 use super::stream;
 use super::{AttemptReport, GatewayError, Reply, Served, truncate_redact};
-use crate::breaker::Breakers;
-use crate::decide::{self, Action, AlternateState, Decision, Why};
+use crate::clock::Clock;
+use crate::decide::{self, Action, AlternateState, BudgetRoom, Decision};
 use crate::failure::{Billing, FailureClass};
-use crate::ledger::{self, LedgerError, NewAttempt};
+use crate::ledger::{self, Ledger, LedgerError, NewAttempt};
+use crate::metrics::Metrics;
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination, Plan, Policy};
 use crate::pricing;
-use crate::selection::Selected;
+use crate::selection::{AlternateFit, Selected};
 use crate::upstream::{self, ChatRequest};
+
+/// What the chain may use of the engine, and nothing more: the ledger for the
+/// alternate's attempt row and its top-up, the caller for the calls, metrics for
+/// failovers and refusals, the clock for timestamps. The request's own writes go
+/// through its `Recorder`.
+pub struct Deps<'a> {
+    pub ledger: &'a Ledger,
+    pub metrics: &'a Metrics,
+    pub clock: &'a dyn Clock,
+    pub caller: Caller<'a>,
+}
 
 /// What the chain runs under: one plan snapshot, the selection, the request.
 pub struct Chain<'a> {
     pub plan: &'a Plan,
-    pub breakers: &'a Breakers,
     pub policy: &'a Policy,
     pub sel: &'a Selected,
     pub req: &'a ChatRequest,
+    pub deps: Deps<'a>,
 }
 
 /// Where the chain stands between attempts.
@@ -45,9 +61,57 @@ struct Cursor {
     reports: Vec<AttemptReport>,
 }
 
+/// What to do after a failed attempt.
+enum Next {
+    /// Send again to the same destination (a rotated credential).
+    Retry,
+    /// Go on to the alternate.
+    Alternate,
+}
+
+/// The ledger's answer to a failover's top-up.
+enum Reservation {
+    Reserved,
+    /// A period budget cannot hold it (the ledger's words); nothing was reserved.
+    Refused(String),
+}
+
+/// A failed attempt's decision, with what it rests on.
+struct Decided {
+    decision: Decision,
+    bill: Bill,
+    /// Why the alternate cannot carry the request, when that decided.
+    unfit: Option<String>,
+    /// The budget's refusal, when that decided.
+    over_budget: Option<String>,
+}
+
+impl Decided {
+    /// The ledger's reason: the decision's, what it rested on, and why the attempt is
+    /// billable when its class alone would not say so.
+    fn reason(&self, failure: &Failure) -> String {
+        let mut r = match (&self.over_budget, &self.unfit) {
+            (Some(e), _) | (None, Some(e)) => format!("{}: {e}", self.decision.reason()),
+            (None, None) => self.decision.reason(),
+        };
+        r.push_str(&format!(" (classified by {})", failure.reason));
+        if self.bill.billing() > failure.class.billing() {
+            r.push_str(match (self.bill, failure.started) {
+                (Bill::Billed(_), _) => "; the answer carried usage, so it is billed at it",
+                (Bill::MaybeBilled | Bill::NotBilled, Started::Generated) => {
+                    "; the stream had generated output, so it may have been billed"
+                }
+                (Bill::MaybeBilled | Bill::NotBilled, Started::Answered | Started::No) => {
+                    "; the vendor answered 2xx, so the model may have run and billed it"
+                }
+            });
+        }
+        r
+    }
+}
+
 impl Chain<'_> {
     pub async fn run(&self, mut rec: Recorder) -> Result<Served, GatewayError> {
-        let engine = Arc::clone(rec.engine());
         let sel = self.sel;
         let mut at = Cursor {
             seq: 0,
@@ -60,11 +124,6 @@ impl Chain<'_> {
             held: sel.worst_case,
             reports: Vec::new(),
         };
-        let caller = Caller {
-            http: &engine.http,
-            credentials: &engine.credentials,
-            breakers: self.breakers,
-        };
         loop {
             at.seq += 1;
             let Some(provider) = self.plan.provider(&at.dest.provider) else {
@@ -73,38 +132,70 @@ impl Chain<'_> {
                 ));
             };
             if at.seq > 1 {
-                engine
-                    .ledger
-                    .begin_attempt(NewAttempt {
-                        request_id: rec.request_id().to_string(),
-                        seq: at.seq,
-                        provider: at.dest.provider.to_string(),
-                        upstream_model: at.dest.upstream_model.clone(),
-                        jurisdiction: at.dest.jurisdiction.to_string(),
-                        started_at: engine.clock.wall(),
-                        worst_case: at.worst,
-                    })
-                    .await
-                    .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))?;
+                self.begin(&rec, &at).await?;
             }
             let attempt_id = format!("{}/{}", rec.request_id(), at.seq);
-            let seen = caller
+            let seen = self
+                .deps
+                .caller
                 .attempt(provider, &at.dest, self.req, &attempt_id, at.force_open)
                 .instrument(tracing::info_span!("attempt", seq = at.seq, provider = %at.dest.provider, model = %at.dest.upstream_model))
                 .await;
             at.force_open = false;
-            match seen.class() {
-                None => return self.served(rec, &at, provider.api, seen).await,
-                Some(class) => {
-                    if let Some(next) = self.failed(&mut rec, &mut at, class, seen).await? {
-                        at.dest = next.destination.clone();
-                        at.worst = next.worst_case;
-                        at.on_alternate = true;
-                        at.retried = false;
-                    }
+            let Observed {
+                seen,
+                status,
+                key,
+                sent,
+            } = seen;
+            let failure = match seen {
+                Seen::Stream(live) => return Ok(self.stream(rec, &at, *live, key, sent)),
+                Seen::Complete { json, raw } => {
+                    return self
+                        .served(rec, &at, provider.api, (json, raw), status, sent)
+                        .await;
+                }
+                Seen::Failed(f) => f,
+            };
+            let seen = Attempted {
+                failure,
+                status,
+                key,
+                sent,
+            };
+            match self.failed(&mut rec, &mut at, seen).await? {
+                Next::Retry => at.retried = true,
+                Next::Alternate => {
+                    let Some(a) = &self.sel.alternate else {
+                        return Err(GatewayError::LedgerUnavailable(
+                            "failover decided without an alternate".into(),
+                        ));
+                    };
+                    at.dest = a.destination.clone();
+                    at.worst = a.worst_case;
+                    at.on_alternate = true;
+                    at.retried = false;
                 }
             }
         }
+    }
+
+    /// The alternate's attempt row, written before its call (the primary's was written
+    /// with the admission).
+    async fn begin(&self, rec: &Recorder, at: &Cursor) -> Result<(), GatewayError> {
+        self.deps
+            .ledger
+            .begin_attempt(NewAttempt {
+                request_id: rec.request_id().to_string(),
+                seq: at.seq,
+                provider: at.dest.provider.to_string(),
+                upstream_model: at.dest.upstream_model.clone(),
+                jurisdiction: at.dest.jurisdiction.to_string(),
+                started_at: self.deps.clock.wall(),
+                worst_case: at.worst,
+            })
+            .await
+            .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
     }
 
     fn served_by(&self, rec: &Recorder, at: &Cursor, reply: Reply) -> Served {
@@ -120,36 +211,42 @@ impl Chain<'_> {
         }
     }
 
-    /// A success: a complete answer is priced and recorded; a stream that has shown
-    /// content is handed to its tail, which records it when it ends.
+    /// A stream that has shown content: handed to its tail, which records it when it
+    /// ends.
+    fn stream(
+        &self,
+        rec: Recorder,
+        at: &Cursor,
+        live: stream::Live,
+        key: Option<String>,
+        sent: Option<std::time::Instant>,
+    ) -> Served {
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let served = self.served_by(&rec, at, Reply::Stream(rx));
+        let tail = stream::Tail {
+            rec,
+            seq: at.seq,
+            dest: at.dest.clone(),
+            worst: at.worst,
+            bounds: self.sel.bounds,
+            breaker: self.deps.caller.breakers.get(&at.dest.provider).cloned(),
+            sent,
+            key,
+        };
+        tokio::spawn(tail.run(live, tx).instrument(tracing::Span::current()));
+        served
+    }
+
+    /// A complete answer: priced and recorded.
     async fn served(
         &self,
         mut rec: Recorder,
         at: &Cursor,
         api: Api,
-        seen: Observed,
+        (json, raw): (serde_json::Value, String),
+        status: Option<u16>,
+        sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
-        let (json, raw) = match seen.answer {
-            Some(Answer::Stream(live)) => {
-                let (tx, rx) = tokio::sync::mpsc::channel(64);
-                let served = self.served_by(&rec, at, Reply::Stream(rx));
-                let tail = stream::Tail {
-                    rec,
-                    seq: at.seq,
-                    dest: at.dest.clone(),
-                    worst: at.worst,
-                    bounds: self.sel.bounds,
-                    breaker: self.breakers.get(&at.dest.provider).cloned(),
-                    sent: seen.sent,
-                    key: seen.key,
-                };
-                tokio::spawn(tail.run(*live, tx).instrument(tracing::Span::current()));
-                return Ok(served);
-            }
-            Some(Answer::Complete { json, raw }) => (json, raw),
-            // The attempt layer never reports a success without an answer.
-            None => (serde_json::Value::Null, String::new()),
-        };
         let (usage, reply) = match api {
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             Api::Anthropic | Api::Gemini => {
@@ -163,14 +260,10 @@ impl Chain<'_> {
                 seq: at.seq,
                 dest: &at.dest,
                 worst: at.worst,
-                sent: seen.sent,
-                status: seen.status,
-                class: None,
-                billing: Billing::Billed,
-                decision: ledger::Decision::Served,
+                sent,
+                status,
+                verdict: Verdict::Served(charge),
                 reason: "a complete answer".into(),
-                charge: Some(charge),
-                message: None,
             },
             Some(Closing {
                 outcome: ledger::Outcome::Served,
@@ -182,19 +275,61 @@ impl Chain<'_> {
         Ok(self.served_by(&rec, at, reply))
     }
 
-    /// A failure: decide, reserve the alternate's worst case if failing over, record.
-    /// `Some(alternate)` to go on there, `None` to retry the same destination.
-    async fn failed<'s>(
-        &'s self,
+    /// A failure: decide, record, and either go on or end the request with its error.
+    async fn failed(
+        &self,
         rec: &mut Recorder,
         at: &mut Cursor,
-        class: FailureClass,
-        seen: Observed,
-    ) -> Result<Option<&'s crate::selection::AlternateFit>, GatewayError> {
-        let engine = Arc::clone(rec.engine());
-        let billing = class.billing();
-        let msg = truncate_redact(&seen.message, seen.key.as_deref());
+        seen: Attempted,
+    ) -> Result<Next, GatewayError> {
+        let decided = self.decide(rec, at, &seen).await?;
+        let msg = truncate_redact(&seen.failure.message, seen.key.as_deref());
+        self.record_failure(rec, at, &seen, &decided, &msg).await?;
+        let class = seen.failure.class;
+        at.earlier = at.earlier.max(decided.bill.billing());
+        at.reports.push(AttemptReport {
+            provider: at.dest.provider.to_string(),
+            model: at.dest.upstream_model.clone(),
+            class: class.to_string(),
+            status: seen.status,
+            message: msg.clone(),
+        });
+        match decided.decision.action {
+            Action::RetrySame => Ok(Next::Retry),
+            Action::FailOver => {
+                if let Some(a) = &self.sel.alternate {
+                    self.deps.metrics.failover(
+                        at.dest.provider.as_str(),
+                        a.destination.provider.as_str(),
+                        class.as_str(),
+                    );
+                }
+                Ok(Next::Alternate)
+            }
+            Action::Refuse => {
+                self.deps.metrics.refusal(class.as_str());
+                Err(self.stop_error(rec, at, &seen, &decided, msg))
+            }
+            Action::Stop => Err(self.stop_error(rec, at, &seen, &decided, msg)),
+        }
+    }
+
+    /// The decision's inputs, the budget asked when it decides, and the decision.
+    async fn decide(
+        &self,
+        rec: &Recorder,
+        at: &mut Cursor,
+        seen: &Attempted,
+    ) -> Result<Decided, GatewayError> {
+        let class = seen.failure.class;
+        let bill = seen.failure.bill(&at.dest, self.sel.bounds);
         let provider = self.plan.provider(&at.dest.provider);
+        let unfit = match (&self.sel.alternate, at.on_alternate) {
+            (Some(a), false) => upstream::fields::check(a.destination.api, &self.req.body)
+                .err()
+                .map(|r| r.to_string()),
+            (None, _) | (Some(_), true) => None,
+        };
         let alternate = match (&self.sel.alternate, at.on_alternate) {
             (_, true) => AlternateState::AlreadyUsed,
             (None, false) => AlternateState::None,
@@ -204,57 +339,80 @@ impl Chain<'_> {
                     _ => false,
                 },
                 fits_ceiling: a.fits,
+                carries_fields: unfit.is_none(),
+                budget: BudgetRoom::Unasked,
             },
         };
         let credential_changed = class == FailureClass::Auth
             && !at.retried
-            && provider.is_some_and(|p| engine.credentials.refresh(p, seen.key.as_deref()));
-        let mut decision = decide::decide(
-            class,
-            &decide::Context {
-                mode: self.policy.ceiling.mode,
-                earlier_billing: at.earlier,
-                alternate,
-                credential_changed,
-                already_retried: at.retried,
-            },
-        );
+            && provider
+                .is_some_and(|p| self.deps.caller.credentials.refresh(p, seen.key.as_deref()));
+        let mut ctx = decide::Context {
+            mode: self.policy.ceiling.mode,
+            earlier_billing: at.earlier,
+            billing: bill.billing(),
+            alternate,
+            credential_changed,
+            already_retried: at.retried,
+        };
         let mut over_budget = None;
-        let mut unfit = None;
-        if let (Action::FailOver, Some(a)) = (decision.action, &self.sel.alternate)
-            && let Err(refusal) = upstream::fields::check(a.destination.api, &self.req.body)
-        {
-            decision = Decision {
-                action: Action::Stop,
-                why: Why::AlternateRefusesFields,
-                class,
-            };
-            unfit = Some(refusal.to_string());
-        }
-        if let (Action::FailOver, Some(a)) = (decision.action, &self.sel.alternate) {
-            // What the budgets must cover once the alternate is called: everything
-            // charged so far, this attempt's worst case if it may have been billed, and
-            // the alternate's worst case. Reserved before the call, or no call.
-            let this = match billing {
-                Billing::MaybeBilled => at.worst,
-                Billing::Billed | Billing::NotBilled => Money::ZERO,
-            };
-            let needed = rec.charged() + this + a.worst_case;
-            let extra = needed.saturating_sub(at.held);
-            match engine.ledger.top_up(rec.request_id(), extra).await {
-                Ok(()) => at.held = at.held + extra,
-                Err(e @ LedgerError::BudgetExhausted { .. }) => {
-                    decision = Decision {
-                        action: Action::Stop,
-                        why: Why::AlternateOverBudget,
-                        class,
-                    };
-                    over_budget = Some(e.to_string());
+        if let (true, Some(a)) = (decide::awaits_budget(class, &ctx), &self.sel.alternate) {
+            let room = match self.reserve(rec, at, bill, a).await? {
+                Reservation::Reserved => BudgetRoom::Reserved,
+                Reservation::Refused(why) => {
+                    over_budget = Some(why);
+                    BudgetRoom::Exhausted
                 }
-                Err(e) => return Err(GatewayError::LedgerUnavailable(e.to_string())),
-            }
+            };
+            ctx.alternate = ctx.alternate.with_budget(room);
         }
-        let closing = match decision.action {
+        Ok(Decided {
+            decision: decide::decide(class, &ctx),
+            bill,
+            unfit,
+            over_budget,
+        })
+    }
+
+    /// Reserve what the budgets must cover once the alternate is called: everything
+    /// charged so far, this attempt's charge (its worst case if it may have been
+    /// billed), and the alternate's worst case.
+    async fn reserve(
+        &self,
+        rec: &Recorder,
+        at: &mut Cursor,
+        bill: Bill,
+        a: &AlternateFit,
+    ) -> Result<Reservation, GatewayError> {
+        let this = match bill {
+            Bill::MaybeBilled => at.worst,
+            Bill::Billed(c) => c.cost,
+            Bill::NotBilled => Money::ZERO,
+        };
+        let needed = rec.charged() + this + a.worst_case;
+        let extra = needed.saturating_sub(at.held);
+        match self.deps.ledger.top_up(rec.request_id(), extra).await {
+            Ok(()) => {
+                at.held = at.held + extra;
+                Ok(Reservation::Reserved)
+            }
+            Err(e @ LedgerError::BudgetExhausted { .. }) => Ok(Reservation::Refused(e.to_string())),
+            Err(e) => Err(GatewayError::LedgerUnavailable(e.to_string())),
+        }
+    }
+
+    /// Write the failed attempt; when the decision ends the request, the request ends
+    /// in the same commit.
+    async fn record_failure(
+        &self,
+        rec: &mut Recorder,
+        at: &Cursor,
+        seen: &Attempted,
+        decided: &Decided,
+        msg: &str,
+    ) -> Result<(), GatewayError> {
+        let class = seen.failure.class;
+        let closing = match decided.decision.action {
             Action::Refuse => Some(ledger::Outcome::Refused),
             Action::Stop => Some(ledger::Outcome::Failed),
             Action::RetrySame | Action::FailOver => None,
@@ -262,15 +420,11 @@ impl Chain<'_> {
         .map(|outcome| Closing {
             outcome,
             served_by: None,
-            error_code: Some(match over_budget {
+            error_code: Some(match decided.over_budget {
                 Some(_) => "budget_exhausted".to_string(),
                 None => class.as_str().to_string(),
             }),
         });
-        let reason = match (&over_budget, &unfit) {
-            (Some(e), _) | (None, Some(e)) => format!("{}: {e}", decision.reason()),
-            (None, None) => decision.reason(),
-        };
         rec.record(
             Ended {
                 seq: at.seq,
@@ -278,76 +432,65 @@ impl Chain<'_> {
                 worst: at.worst,
                 sent: seen.sent,
                 status: seen.status,
-                class: Some(class),
-                billing,
-                decision: ledger::Decision::After(decision.action),
-                reason: reason.clone(),
-                charge: None,
-                message: Some(msg.clone()),
+                verdict: Verdict::Failed {
+                    class,
+                    bill: decided.bill,
+                    decision: decided.decision.action,
+                    message: msg.to_string(),
+                },
+                reason: decided.reason(&seen.failure),
             },
             closing,
         )
-        .await?;
-        at.earlier = at.earlier.max(billing);
-        at.reports.push(AttemptReport {
+        .await
+    }
+
+    /// The client's error for a request that ends here: every attempt, in order.
+    fn stop_error(
+        &self,
+        rec: &Recorder,
+        at: &mut Cursor,
+        seen: &Attempted,
+        decided: &Decided,
+        msg: String,
+    ) -> GatewayError {
+        let class = seen.failure.class;
+        let summary = at
+            .reports
+            .iter()
+            .map(|r| format!("{} → {}", r.provider, r.class))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let (Some(e), Some(a)) = (&decided.over_budget, &self.sel.alternate) {
+            return GatewayError::BudgetExhausted(format!(
+                "{} failed with {class} ({msg}); failing over to {} needs up to {} more, which the budget cannot hold: {e} ({} attempt(s): {summary})",
+                at.dest.provider,
+                a.destination.provider,
+                a.worst_case,
+                at.reports.len(),
+            ));
+        }
+        GatewayError::Upstream {
+            class,
             provider: at.dest.provider.to_string(),
-            model: at.dest.upstream_model.clone(),
-            class: class.to_string(),
             status: seen.status,
-            message: msg.clone(),
-        });
-        match decision.action {
-            Action::RetrySame => {
-                at.retried = true;
-                Ok(None)
-            }
-            Action::FailOver => {
-                let Some(a) = &self.sel.alternate else {
-                    return Err(GatewayError::LedgerUnavailable(
-                        "failover decided without an alternate".into(),
-                    ));
-                };
-                engine.metrics.failover(
-                    at.dest.provider.as_str(),
-                    a.destination.provider.as_str(),
-                    class.as_str(),
-                );
-                Ok(Some(a))
-            }
-            Action::Refuse | Action::Stop => {
-                if decision.action == Action::Refuse {
-                    engine.metrics.refusal(class.as_str());
-                }
-                let summary = at
-                    .reports
-                    .iter()
-                    .map(|r| format!("{} → {}", r.provider, r.class))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                if let (Some(e), Some(a)) = (over_budget, &self.sel.alternate) {
-                    return Err(GatewayError::BudgetExhausted(format!(
-                        "{} failed with {class} ({msg}); failing over to {} needs up to {} more, which the budget cannot hold: {e} ({} attempt(s): {summary})",
-                        at.dest.provider,
-                        a.destination.provider,
-                        a.worst_case,
-                        at.reports.len(),
-                    )));
-                }
-                Err(GatewayError::Upstream {
-                    class,
-                    provider: at.dest.provider.to_string(),
-                    status: seen.status,
-                    message: format!(
-                        "{} (provider {}, class {class}; {} attempt(s): {summary}; {})",
-                        msg,
-                        at.dest.provider,
-                        at.reports.len(),
-                        reason
-                    ),
-                    attempts: std::mem::take(&mut at.reports),
-                    request_id: rec.request_id().to_string(),
-                })
-            }
+            message: format!(
+                "{} (provider {}, class {class}; {} attempt(s): {summary}; {})",
+                msg,
+                at.dest.provider,
+                at.reports.len(),
+                decided.reason(&seen.failure)
+            ),
+            attempts: std::mem::take(&mut at.reports),
+            request_id: rec.request_id().to_string(),
         }
     }
+}
+
+/// A failed attempt with what the call was.
+struct Attempted {
+    failure: Failure,
+    status: Option<u16>,
+    key: Option<String>,
+    sent: Option<std::time::Instant>,
 }

@@ -559,10 +559,19 @@ impl Engine {
         };
         chain::Chain {
             plan,
-            breakers,
             policy,
             sel: &selected,
             req: &req,
+            deps: chain::Deps {
+                ledger: &self.ledger,
+                metrics: &self.metrics,
+                clock: &*self.clock,
+                caller: attempt::Caller {
+                    http: &self.http,
+                    credentials: &self.credentials,
+                    breakers,
+                },
+            },
         }
         .run(rec)
         .await

@@ -8,12 +8,29 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc};
 
+use super::attempt::Bill;
 use super::{Engine, GatewayError};
+use crate::decide::Action;
 use crate::failure::{Billing, FailureClass};
 use crate::ledger::{self, AttemptResult, Decision, Ledger, LedgerError, RequestResult};
 use crate::money::Money;
 use crate::policy::plan::Destination;
 use crate::pricing::Charge;
+
+/// How an attempt ended: served with its answer priced, or failed with its class and
+/// bill. A success with no charge, or a failure with no class, cannot be written.
+pub enum Verdict {
+    /// The answer went to the client, priced at its usage.
+    Served(Charge),
+    Failed {
+        class: FailureClass,
+        bill: Bill,
+        /// What the decision did next.
+        decision: Action,
+        /// The upstream's words, truncated and redacted.
+        message: String,
+    },
+}
 
 /// One attempt as it ended.
 pub struct Ended<'a> {
@@ -24,13 +41,8 @@ pub struct Ended<'a> {
     /// When the call was sent; `None` when none was made.
     pub sent: Option<Instant>,
     pub status: Option<u16>,
-    pub class: Option<FailureClass>,
-    pub billing: Billing,
-    pub decision: Decision,
+    pub verdict: Verdict,
     pub reason: String,
-    /// The priced answer, when there was one.
-    pub charge: Option<Charge>,
-    pub message: Option<String>,
 }
 
 /// How the request ends, written with its last attempt.
@@ -74,8 +86,9 @@ impl Recorder {
         &self.request_id
     }
 
-    pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+    /// The engine clock's monotonic milliseconds (breakers).
+    pub fn now_ms(&self) -> u64 {
+        self.engine.clock.now_ms()
     }
 
     /// The client stopped reading the answer (a stream it hung up on).
@@ -103,15 +116,33 @@ impl Recorder {
     ) -> Result<(), GatewayError> {
         let engine = &self.engine;
         let provider = e.dest.provider.as_str();
-        let class_name = e.class.map_or("success", FailureClass::as_str);
+        let (class, billing, charge, decision, message) = match e.verdict {
+            Verdict::Served(c) => (None, Billing::Billed, Some(c), Decision::Served, None),
+            Verdict::Failed {
+                class,
+                bill,
+                decision,
+                message,
+            } => {
+                let charge = match bill {
+                    Bill::Billed(c) => Some(c),
+                    Bill::MaybeBilled | Bill::NotBilled => None,
+                };
+                (
+                    Some(class),
+                    bill.billing(),
+                    charge,
+                    Decision::After(decision),
+                    Some(message),
+                )
+            }
+        };
+        let class_name = class.map_or("success", FailureClass::as_str);
         engine
             .metrics
             .attempt(provider, class_name, e.sent.map(|s| s.elapsed()));
-        let cost = match (e.billing, e.charge) {
-            (Billing::Billed, Some(c)) => c.cost,
-            (Billing::Billed | Billing::MaybeBilled | Billing::NotBilled, _) => Money::ZERO,
-        };
-        if let Some(c) = e.charge {
+        let cost = charge.map_or(Money::ZERO, |c| c.cost);
+        if let Some(c) = charge {
             engine.metrics.priced(provider, c.basis.as_str());
         }
         if cost.is_positive() {
@@ -119,26 +150,26 @@ impl Recorder {
         }
         self.billed = self.billed + cost;
         self.charged = self.charged
-            + match e.billing {
+            + match billing {
                 Billing::Billed => cost,
                 Billing::MaybeBilled => e.worst,
                 Billing::NotBilled => Money::ZERO,
             };
-        tracing::info!(seq = e.seq, provider, class = class_name, status = e.status, %cost, decision = e.decision.as_str(), reason = %e.reason, "attempt");
+        tracing::info!(seq = e.seq, provider, class = class_name, status = e.status, %cost, decision = decision.as_str(), reason = %e.reason, "attempt");
         let attempt = AttemptResult {
             request_id: self.request_id.clone(),
             seq: e.seq,
             finished_at: engine.clock.wall(),
             status: e.status,
-            class: e.class,
-            billing: e.billing,
-            decision: e.decision,
+            class,
+            billing,
+            decision,
             reason: e.reason,
-            input_tokens: e.charge.and_then(|c| c.input_tokens),
-            output_tokens: e.charge.and_then(|c| c.output_tokens),
+            input_tokens: charge.and_then(|c| c.input_tokens),
+            output_tokens: charge.and_then(|c| c.output_tokens),
             cost,
-            cost_basis: e.charge.map(|c| c.basis),
-            message: e.message,
+            cost_basis: charge.map(|c| c.basis),
+            message,
         };
         let written = match closing {
             None => engine.ledger.finish_attempt(attempt).await,

@@ -2,12 +2,20 @@
 //! is classified like any other (an error event is the same failure as the same error
 //! as a plain answer), so the decision may still fail over. From the first content on,
 //! the request is committed to this destination: a later failure ends the stream with
-//! an OpenAI-style error event and is recorded as `maybe_billed`; nothing is spliced.
+//! an OpenAI-style error event and is recorded as `maybe_billed` (or `billed`, at the
+//! usage it carried); nothing is spliced. A vendor's own finish reason after content,
+//! `content_filter` included, is not a failure: it reaches the client as the vendor
+//! sent it, the stream is read to its end and the attempt billed at its usage.
+//!
+//! Before the commit, reasoning and tool-call deltas do not commit (nothing has reached
+//! the client, so a soft request may still fail over), but they mark the attempt as
+//! started: a failure after them is at least `maybe_billed`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::recorder::{Closing, Ended, Recorder};
+use super::attempt::{Failure, Started};
+use super::recorder::{Closing, Ended, Recorder, Verdict};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -15,8 +23,8 @@ use tokio::sync::mpsc;
 
 use super::{truncate_redact, upstream_message};
 use crate::breaker::Breaker;
-use crate::failure::{self, Billing, EventSignal, FailureClass};
-use crate::ledger::{self, Decision};
+use crate::failure::{self, EventSignal, FailureClass};
+use crate::ledger;
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination};
 use crate::pricing;
@@ -42,11 +50,23 @@ pub struct Live {
 
 pub enum Start {
     Content(Box<Live>),
-    Failed {
-        class: FailureClass,
-        reason: String,
-        message: String,
-    },
+    Failed(Failure),
+}
+
+impl Live {
+    /// A failure before the commit, with what the stream had started and the usage it
+    /// had reported (the failing event's included).
+    fn failed(&self, class: FailureClass, reason: String, message: String) -> Start {
+        Start::Failed(Failure {
+            started: if self.translator.generated() {
+                Started::Generated
+            } else {
+                Started::No
+            },
+            usage: self.translator.usage(),
+            ..Failure::new(class, reason, message)
+        })
+    }
 }
 
 /// How reading one piece of the stream ended.
@@ -86,7 +106,14 @@ enum Seen {
     Commit,
     /// A complete answer with no content at all (an empty completion).
     Finished,
-    Fail(Start),
+    /// A failure. `finish`: it is the vendor's finish reason (a filter, a refusal), not
+    /// an error event, so the usage that follows it is still to be read.
+    Fail {
+        class: FailureClass,
+        reason: String,
+        message: String,
+        finish: bool,
+    },
     Continue,
 }
 
@@ -114,19 +141,23 @@ pub async fn first_content(
     let mut saw_event = false;
     loop {
         let events = match next(&mut body, idle).await {
-            Step::Fail(class, reason) => {
-                return Start::Failed {
-                    class,
-                    message: reason.clone(),
-                    reason,
-                };
-            }
+            Step::Fail(class, reason) => return live.failed(class, reason.clone(), reason),
             Step::End => {
                 let last: Vec<SseEvent> = live.decoder.finish().into_iter().collect();
                 saw_event |= !last.is_empty();
                 for (i, e) in last.iter().enumerate() {
                     match see(&mut live, e) {
-                        Seen::Fail(f) => return f,
+                        Seen::Fail {
+                            class,
+                            reason,
+                            message,
+                            finish,
+                        } => {
+                            if finish {
+                                live.read_rest(&last[i + 1..]);
+                            }
+                            return live.failed(class, reason, message);
+                        }
                         // The body has ended: the tail judges completeness from what
                         // the translator saw, after the rest of these events.
                         Seen::Commit | Seen::Finished => {
@@ -136,14 +167,24 @@ pub async fn first_content(
                         Seen::Continue => {}
                     }
                 }
-                if !saw_event && let Some(start) = replay_complete(api, dest, &raw, live) {
-                    return start;
+                let (reason, message) = (
+                    "the stream ended before any content",
+                    "the upstream closed the stream before any content",
+                );
+                if !saw_event {
+                    return replay_complete(api, dest, &raw, live).unwrap_or_else(|| {
+                        Start::Failed(Failure::new(FailureClass::Dropped, reason, message.into()))
+                    });
                 }
-                return Start::Failed {
-                    class: FailureClass::Dropped,
-                    reason: "the stream ended before any content".into(),
-                    message: "the upstream closed the stream before any content".into(),
-                };
+                // A finish reason with no content before it (a Gemini answer of thoughts
+                // only, which has no end marker): an empty answer, complete, billed at its
+                // usage as the tail judges it.
+                if live.translator.complete() {
+                    live.exhausted = true;
+                    return Start::Content(Box::new(live));
+                }
+                // Cut: what the stream generated and reported so far still counts.
+                return live.failed(FailureClass::Dropped, reason.into(), message.into());
             }
             Step::Chunk(bytes) => {
                 if !saw_event && raw.len() < 1 << 20 {
@@ -152,11 +193,11 @@ pub async fn first_content(
                 match live.decoder.push(&bytes) {
                     Ok(e) => e,
                     Err(e) => {
-                        return Start::Failed {
-                            class: FailureClass::Unclassified,
-                            reason: e.to_string(),
-                            message: e.to_string(),
-                        };
+                        return live.failed(
+                            FailureClass::Unclassified,
+                            e.to_string(),
+                            e.to_string(),
+                        );
                     }
                 }
             }
@@ -164,7 +205,24 @@ pub async fn first_content(
         for (i, e) in events.iter().enumerate() {
             saw_event = true;
             match see(&mut live, e) {
-                Seen::Fail(f) => return f,
+                Seen::Fail {
+                    class,
+                    reason,
+                    message,
+                    finish,
+                } => {
+                    if finish {
+                        // The usage follows the finish reason: read it, so the refusal
+                        // is charged at what the vendor reported.
+                        live.read_rest(&events[i + 1..]);
+                        // The provider's timeout bounds the whole drain, not each read:
+                        // an upstream that trickles bytes after its finish cannot hold
+                        // the refusal.
+                        let idle = live.idle;
+                        let _ = tokio::time::timeout(idle, drain(&mut live, &mut body)).await;
+                    }
+                    return live.failed(class, reason, message);
+                }
                 // Several events often arrive in one read: those after the first
                 // content are the tail's to forward, in order.
                 Seen::Commit => {
@@ -182,13 +240,48 @@ pub async fn first_content(
     }
 }
 
+impl Live {
+    /// Read events for their usage only: nothing more reaches the client.
+    fn read_rest(&mut self, events: &[SseEvent]) {
+        for e in events {
+            self.translator.event(e);
+        }
+    }
+}
+
+/// Read the rest of a stream that failed on a finish reason, for its usage: to its end,
+/// a cut, or the idle timeout, whichever comes first.
+async fn drain(live: &mut Live, body: &mut reqwest::Response) {
+    while !live.translator.saw_end_marker() {
+        match next(body, live.idle).await {
+            Step::Chunk(bytes) => match live.decoder.push(&bytes) {
+                Ok(events) => live.read_rest(&events),
+                Err(_) => return,
+            },
+            Step::End => {
+                let last: Vec<SseEvent> = live.decoder.finish().into_iter().collect();
+                live.read_rest(&last);
+                return;
+            }
+            Step::Fail(..) => return,
+        }
+    }
+}
+
 fn see(live: &mut Live, e: &SseEvent) -> Seen {
     match signal(live.api, e) {
-        Ok(EventSignal::Failure(class, reason)) => Seen::Fail(Start::Failed {
-            class,
-            reason: reason.into_owned(),
-            message: upstream_message(&e.data),
-        }),
+        Ok(EventSignal::Failure(class, reason)) => {
+            // Read by the translator too: a failing event may carry usage, and whether
+            // it set a finish reason tells a vendor's finish from an error event.
+            let finished_before = live.translator.complete();
+            live.translator.event(e);
+            Seen::Fail {
+                class,
+                reason: reason.into_owned(),
+                message: upstream_message(&e.data),
+                finish: !finished_before && live.translator.complete(),
+            }
+        }
         Ok(EventSignal::Content) => {
             let chunks = live.translator.event(e);
             live.pending.extend(chunks);
@@ -213,11 +306,12 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
     let text = std::str::from_utf8(raw).ok()?;
     let v: Value = serde_json::from_str(text).ok()?;
     match failure::classify(api, 200, &[], text) {
-        failure::Outcome::Failure { class, reason } => Some(Start::Failed {
-            class,
-            reason: reason.into_owned(),
-            message: upstream_message(text),
-        }),
+        // A 2xx answer: the vendor ran the call, so it is billable whatever its class.
+        failure::Outcome::Failure { class, reason } => Some(Start::Failed(Failure {
+            started: Started::Answered,
+            usage: upstream::usage(api, &v),
+            ..Failure::new(class, reason, upstream_message(text))
+        })),
         failure::Outcome::Success => {
             let (answer, reported) = upstream::translate(api, dest, v);
             let delta = answer
@@ -308,40 +402,50 @@ impl Tail {
 
     async fn finish(mut self, end: End, live: &Live, out: &mut Out) {
         let usage = live.translator.usage();
-        let charge = pricing::charge(&self.dest, &usage, self.bounds);
         let provider = self.dest.provider.to_string();
         if out.gone {
             self.rec.client_left();
         }
+        let served = |verdict| Ended {
+            seq: self.seq,
+            dest: &self.dest,
+            worst: self.worst,
+            sent: self.sent,
+            status: Some(200),
+            verdict,
+            reason: match live.translator.finish_reason() {
+                Some(f) if f != "stop" => format!("a complete streamed answer (finish reason {f})"),
+                Some(_) | None => "a complete streamed answer".into(),
+            },
+        };
         let (ended, closing) = match &end {
-            End::Complete => (
-                Ended {
-                    seq: self.seq,
-                    dest: &self.dest,
-                    worst: self.worst,
-                    sent: self.sent,
-                    status: Some(200),
-                    class: None,
-                    billing: Billing::Billed,
-                    decision: Decision::Served,
-                    reason: "a complete streamed answer".into(),
-                    charge: Some(charge),
-                    message: None,
-                },
-                Closing {
-                    outcome: ledger::Outcome::Served,
-                    served_by: Some(provider.clone()),
-                    error_code: None,
-                },
-            ),
+            End::Complete => {
+                let charge = pricing::charge(&self.dest, &usage, self.bounds);
+                (
+                    served(Verdict::Served(charge)),
+                    Closing {
+                        outcome: ledger::Outcome::Served,
+                        served_by: Some(provider.clone()),
+                        error_code: None,
+                    },
+                )
+            }
             End::Failed {
                 class,
                 reason,
                 message,
             } => {
                 if let Some(b) = &self.breaker {
-                    b.record(Some(*class), self.rec.engine().clock.now_ms());
+                    b.record(Some(*class), self.rec.now_ms());
                 }
+                // Content was generated and sent: whatever the class, it is billable;
+                // at its usage when the stream reported it.
+                let failure = Failure {
+                    started: Started::Generated,
+                    usage,
+                    ..Failure::new(*class, reason.clone(), message.clone())
+                };
+                let bill = failure.bill(&self.dest, self.bounds);
                 (
                     Ended {
                         seq: self.seq,
@@ -349,15 +453,15 @@ impl Tail {
                         worst: self.worst,
                         sent: self.sent,
                         status: Some(200),
-                        class: Some(*class),
-                        // Content was generated and sent: whatever the class, it may be billed.
-                        billing: Billing::MaybeBilled,
-                        decision: Decision::After(crate::decide::Action::Stop),
+                        verdict: Verdict::Failed {
+                            class: *class,
+                            bill,
+                            decision: crate::decide::Action::Stop,
+                            message: truncate_redact(message, self.key.as_deref()),
+                        },
                         reason: format!(
                             "{reason}; the stream had already sent content to the client, so it ends with an error event and nothing is spliced"
                         ),
-                        charge: Some(charge),
-                        message: Some(truncate_redact(message, self.key.as_deref())),
                     },
                     Closing {
                         outcome: ledger::Outcome::Failed,
@@ -368,6 +472,10 @@ impl Tail {
             }
         };
         let request_id = self.rec.request_id().to_string();
+        let cost = match &ended.verdict {
+            Verdict::Served(c) => c.cost,
+            Verdict::Failed { .. } => Money::ZERO,
+        };
         if let Err(err) = self.rec.record(ended, Some(closing)).await {
             // The client has its answer; the recorder's guard hands the request to the
             // sweeper, which interrupts it at its worst case once the ledger can write.
@@ -375,7 +483,7 @@ impl Tail {
         }
         match end {
             End::Complete => {
-                out.send(sse(&live.translator.usage_chunk(&charge.cost.to_string())))
+                out.send(sse(&live.translator.usage_chunk(&cost.to_string())))
                     .await;
                 out.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
             }
@@ -447,17 +555,28 @@ fn ended(live: &Live) -> End {
     }
 }
 
-/// Send translated events on; `Some` when one of them ends the stream.
+/// Send translated events on; `Some` when one of them ends the stream. A failure the
+/// classifier reads from a vendor's finish reason (`content_filter`, a refusal, a
+/// Gemini block) after content is the vendor's own finish: it is forwarded as sent and
+/// the stream read on for its usage. An error event ends the stream.
 async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Option<End> {
     for e in events {
-        if let Ok(EventSignal::Failure(class, reason)) = signal(live.api, &e) {
+        let failure = match signal(live.api, &e) {
+            Ok(EventSignal::Failure(class, reason)) => Some((class, reason)),
+            Ok(EventSignal::Content | EventSignal::Neutral) | Err(()) => None,
+        };
+        let finished_before = live.translator.complete();
+        let chunks = live.translator.event(&e);
+        if let Some((class, reason)) = failure
+            && (finished_before || !live.translator.complete())
+        {
             return Some(End::Failed {
                 class,
                 reason: reason.into_owned(),
                 message: upstream_message(&e.data),
             });
         }
-        for c in live.translator.event(&e) {
+        for c in chunks {
             out.send(sse(&c)).await;
         }
         if live.translator.saw_end_marker() {

@@ -153,11 +153,7 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
             _ => {}
         }
     }
-    let finish = match body.get("stop_reason").and_then(Value::as_str) {
-        Some("max_tokens") => "length",
-        Some("tool_use") => "tool_calls",
-        _ => "stop",
-    };
+    let finish = finish_reason(body.get("stop_reason").and_then(Value::as_str));
     let usage = body.get("usage").map_or_else(Usage::default, usage);
     let mut message = json!({"role": "assistant", "content": text});
     if !tool_calls.is_empty() {
@@ -174,9 +170,23 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
     )
 }
 
+/// An Anthropic `stop_reason` in OpenAI's words, for plain answers and streams alike:
+/// a refusal is the vendor's filter (`content_filter`), a cap `length`, a tool call
+/// `tool_calls`; the rest end the answer (`stop`).
+pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
+    match stop_reason {
+        Some("max_tokens" | "model_context_window_exceeded") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("refusal") => "content_filter",
+        Some(_) | None => "stop",
+    }
+}
+
 /// An Anthropic `usage` object (a message's, or a stream's merged `message_start` and
 /// `message_delta` usage). `input_tokens` excludes the cache, so the reads and writes
-/// are added to make the input total.
+/// are added to make the input total. Anthropic reports no total and no breakdown of
+/// the output, so there is no second reading to cross-check `output_tokens` against;
+/// a stream's placeholder count is dropped by the translator until the final one.
 pub fn usage(u: &Value) -> Usage {
     let read = count(u, "/cache_read_input_tokens");
     let write = count(u, "/cache_creation_input_tokens");

@@ -157,13 +157,10 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
         .filter(|p| p.get("thought").and_then(Value::as_bool) != Some(true))
         .filter_map(|p| p.get("text").and_then(Value::as_str))
         .collect();
-    let finish = match cand
+    let finish = cand
         .and_then(|c| c.get("finishReason"))
         .and_then(Value::as_str)
-    {
-        Some("MAX_TOKENS") => "length",
-        _ => "stop",
-    };
+        .map_or("stop", finish_reason);
     let usage = body
         .get("usageMetadata")
         .map_or_else(Usage::default, |m| usage(m, true));
@@ -196,6 +193,25 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
     )
 }
 
+/// A Gemini `finishReason` in OpenAI's words: the one mapping, for plain answers and
+/// streams alike. Every reason that says the output was blocked or cut by a filter is
+/// `content_filter`; a cap is `length`; the rest (`STOP`, a malformed call, reasons
+/// added later) end the answer as `stop`.
+pub fn finish_reason(reason: &str) -> &'static str {
+    match reason {
+        "MAX_TOKENS" => "length",
+        "SAFETY"
+        | "PROHIBITED_CONTENT"
+        | "BLOCKLIST"
+        | "SPII"
+        | "RECITATION"
+        | "IMAGE_SAFETY"
+        | "IMAGE_PROHIBITED_CONTENT"
+        | "IMAGE_RECITATION" => "content_filter",
+        _ => "stop",
+    }
+}
+
 /// A Gemini `usageMetadata` object. `complete`: it closes the answer (a whole answer,
 /// or a stream's chunk carrying the finish reason); a stream's earlier chunks carry
 /// running counts, so their output is not yet a figure to charge.
@@ -204,9 +220,12 @@ pub fn translate(dest: &Destination, body: &Value) -> (Value, Usage) {
 /// absent part (cached, tool-use, thoughts) is 0. The output total is also derived
 /// from `totalTokenCount`, which counts prompt, tool-use prompt, candidates and
 /// thoughts, and the larger reading is kept: an omitted `candidatesTokenCount` or
-/// `thoughtsTokenCount` cannot hide billed output.
+/// `thoughtsTokenCount` cannot hide billed output (the same largest reading as
+/// OpenAI's `usage_block`).
 pub fn usage(m: &Value, complete: bool) -> Usage {
-    let prompt = count(m, "/promptTokenCount");
+    let cached = count(m, "/cachedContentTokenCount");
+    // The cached content is part of the prompt: a prompt count below it is read at it.
+    let prompt = count(m, "/promptTokenCount").map(|p| p.max(cached.unwrap_or(0)));
     let tool_use = count(m, "/toolUsePromptTokenCount").unwrap_or(0);
     let candidates = count(m, "/candidatesTokenCount");
     let thoughts = count(m, "/thoughtsTokenCount");
@@ -222,7 +241,7 @@ pub fn usage(m: &Value, complete: bool) -> Usage {
     };
     Usage {
         input: prompt.map(|p| p.saturating_add(tool_use)),
-        cached_input: prompt.map(|_| count(m, "/cachedContentTokenCount").unwrap_or(0)),
+        cached_input: prompt.map(|_| cached.unwrap_or(0)),
         // Gemini bills cache storage by the hour, never a write inside a call.
         cache_write: prompt.map(|_| 0),
         output: output.filter(|_| complete),

@@ -131,6 +131,12 @@ pub(crate) fn count(v: &Value, pointer: &str) -> Option<u64> {
     v.pointer(pointer).and_then(Value::as_u64)
 }
 
+/// The largest of the readings reported; `None` when none was. Usage is read at its
+/// largest reading (DESIGN 5): each figure a vendor sends implies a least count.
+pub(crate) fn largest<const N: usize>(readings: [Option<u64>; N]) -> Option<u64> {
+    readings.into_iter().flatten().max()
+}
+
 impl Usage {
     /// The client-facing usage block, in OpenAI's shape: `prompt_tokens` counts cached
     /// input and `completion_tokens` reasoning, with the parts in the `_details` OpenAI
@@ -175,6 +181,47 @@ pub fn translate(api: Api, dest: &Destination, body: Value) -> (Value, Usage) {
         Api::Anthropic => anthropic::translate(dest, &body),
         Api::Gemini => gemini::translate(dest, &body),
     }
+}
+
+/// The usage in a complete answer of `api`, success or not: "usage found anywhere in
+/// it is priced" (DESIGN 5), so an error body is searched too: the vendor's usage
+/// object at the top, else the first one nested in the body (a relay puts it inside its
+/// error), read at its largest reading like any other.
+pub fn usage(api: Api, body: &Value) -> Usage {
+    let key = match api {
+        Api::Openai | Api::Anthropic => "usage",
+        Api::Gemini => "usageMetadata",
+    };
+    let Some(u) = find_key(body, key, 4) else {
+        return Usage::default();
+    };
+    match api {
+        Api::Openai => openai::usage_block(u),
+        Api::Anthropic => anthropic::usage(u),
+        Api::Gemini => gemini::usage(u, true),
+    }
+}
+
+/// The first object under `key`, breadth first, at most `depth` levels down.
+fn find_key<'v>(v: &'v Value, key: &str, depth: usize) -> Option<&'v Value> {
+    let mut level = vec![v];
+    for _ in 0..=depth {
+        let mut next = Vec::new();
+        for v in level {
+            match v {
+                Value::Object(m) => {
+                    if let Some(u) = m.get(key).filter(|u| u.is_object()) {
+                        return Some(u);
+                    }
+                    next.extend(m.values());
+                }
+                Value::Array(a) => next.extend(a.iter()),
+                Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+            }
+        }
+        level = next;
+    }
+    None
 }
 
 /// Credentials per provider: read once, re-read on an auth failure so a rotated key

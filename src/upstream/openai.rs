@@ -63,15 +63,37 @@ pub fn usage(body: &Value) -> Usage {
 }
 
 /// An OpenAI `usage` object, as in a chat.completion or a stream's usage chunk.
+///
+/// Output is taken at its largest reading: `completion_tokens`, `total_tokens` minus
+/// `prompt_tokens`, and `reasoning_tokens` (a part of the output) each imply a least
+/// output, and the vendor billed at least the largest (a reading larger than the truth
+/// needs a vendor that over-reports, which costs the client; one smaller lets output
+/// through unpaid). Relays and compatible servers
+/// have been seen to send `completion_tokens: 0` beside a total and reasoning count
+/// that say otherwise. Reasoning is read where OpenAI puts it and where some
+/// compatible servers do (`reasoning_tokens` at the top level).
 pub fn usage_block(u: &Value) -> Usage {
     let input = count(u, "/prompt_tokens");
+    let cached = count(u, "/prompt_tokens_details/cached_tokens");
+    let reasoning = super::largest([
+        count(u, "/completion_tokens_details/reasoning_tokens"),
+        count(u, "/reasoning_tokens"),
+    ]);
+    let from_total = match (count(u, "/total_tokens"), input) {
+        (Some(t), Some(p)) => Some(t.saturating_sub(p)),
+        _ => None,
+    };
     Usage {
-        input,
-        cached_input: count(u, "/prompt_tokens_details/cached_tokens"),
+        // Cache reads are part of the prompt: a prompt count below them is read at them.
+        input: input.map(|p| p.max(cached.unwrap_or(0))),
+        cached_input: cached,
         // OpenAI writes its prompt cache at no charge: a structural zero, so that a
         // missing breakdown is never mistaken for unreported writes.
         cache_write: input.map(|_| 0),
-        output: count(u, "/completion_tokens"),
-        reasoning: count(u, "/completion_tokens_details/reasoning_tokens"),
+        // Reasoning alone is a part, not a total: with no total reported the output
+        // stays unreported (charged at its bound), never read as the part.
+        output: super::largest([count(u, "/completion_tokens"), from_total])
+            .map(|o| o.max(reasoning.unwrap_or(0))),
+        reasoning,
     }
 }

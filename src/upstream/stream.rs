@@ -45,12 +45,19 @@ impl SseDecoder {
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
         let mut out = Vec::new();
         let mut rest = bytes;
-        if self.after_cr
-            && let Some(b'\n') = rest.first()
-        {
-            rest = &rest[1..];
+        // A `\r` that ended the last read waits for the next byte: an empty read says
+        // nothing about it, so it keeps waiting (else the `\n` after it would read as
+        // a blank line and end the event early, losing its name).
+        if self.after_cr {
+            match rest.first() {
+                Some(b'\n') => {
+                    rest = &rest[1..];
+                    self.after_cr = false;
+                }
+                Some(_) => self.after_cr = false,
+                None => {}
+            }
         }
-        self.after_cr = false;
         while let Some(i) = rest.iter().position(|b| *b == b'\n' || *b == b'\r') {
             let ended_by_cr = rest[i] == b'\r';
             let line = if self.buf.is_empty() {
@@ -138,6 +145,32 @@ pub struct ChunkTranslator {
     role_sent: bool,
     /// The upstream said it is done (`[DONE]`, `message_stop`).
     ended: bool,
+    /// An event carried output: content, reasoning, a tool call, anything the model
+    /// generated (the attempt has started, so it is billable).
+    generated: bool,
+}
+
+/// A JSON value that says something: not null, `false`, an empty string, array or
+/// object.
+fn nonempty(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => a.iter().any(nonempty),
+        Value::Object(o) => o.values().any(nonempty),
+        Value::Bool(true) | Value::Number(_) => true,
+    }
+}
+
+/// Whether a delta or block carries generated output: any field but the ones that only
+/// name it (`role`, `type`, `index`) says something. A rule, not a list of fields, so
+/// that a vendor's next kind of output (reasoning under a new name, audio, a new tool
+/// block) counts without a change here.
+fn carries_output(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| {
+        o.iter()
+            .any(|(k, v)| !matches!(k.as_str(), "role" | "type" | "index") && nonempty(v))
+    })
 }
 
 impl ChunkTranslator {
@@ -155,7 +188,19 @@ impl ChunkTranslator {
             finish: None,
             role_sent: false,
             ended: false,
+            generated: false,
         }
+    }
+
+    /// Whether the stream has carried any generated output (content, reasoning, a tool
+    /// call), whether or not it reached the client.
+    pub fn generated(&self) -> bool {
+        self.generated
+    }
+
+    /// The finish reason seen, in OpenAI's words.
+    pub fn finish_reason(&self) -> Option<&str> {
+        self.finish.as_deref()
     }
 
     /// What the vendor has reported so far, each figure only once it is final: a
@@ -233,6 +278,13 @@ impl ChunkTranslator {
             self.usage = super::openai::usage_block(u);
         }
         let choices = v.get("choices").and_then(Value::as_array);
+        if choices.into_iter().flatten().any(|c| {
+            c.get("delta")
+                .or_else(|| c.get("message"))
+                .is_some_and(carries_output)
+        }) {
+            self.generated = true;
+        }
         if choices.is_none_or(|c| c.is_empty()) {
             // The usage-only chunk: re-emitted last by `finish`, with the cost.
             return vec![];
@@ -263,6 +315,9 @@ impl ChunkTranslator {
                 vec![]
             }
             Some("content_block_start") => {
+                if v.get("content_block").is_some_and(carries_output) {
+                    self.generated = true;
+                }
                 match v.pointer("/content_block/type").and_then(Value::as_str) {
                     Some("tool_use") => {
                         let idx = v.get("index").cloned().unwrap_or(json!(0));
@@ -274,6 +329,9 @@ impl ChunkTranslator {
                 }
             }
             Some("content_block_delta") => {
+                if v.get("delta").is_some_and(carries_output) {
+                    self.generated = true;
+                }
                 if let Some(t) = v.pointer("/delta/text").and_then(Value::as_str) {
                     return vec![self.chunk(json!({"content": t}), None)];
                 }
@@ -291,11 +349,9 @@ impl ChunkTranslator {
                 if v.pointer("/usage/output_tokens").is_some_and(Value::is_u64) {
                     self.anthropic_output_final = true;
                 }
-                let finish = match v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    Some("max_tokens") => "length",
-                    Some("tool_use") => "tool_calls",
-                    _ => "stop",
-                };
+                let finish = super::anthropic::finish_reason(
+                    v.pointer("/delta/stop_reason").and_then(Value::as_str),
+                );
                 self.finish = Some(finish.to_string());
                 vec![self.chunk(json!({}), Some(finish))]
             }
@@ -319,6 +375,16 @@ impl ChunkTranslator {
 
     fn gemini(&mut self, v: &Value) -> Vec<Value> {
         let mut out = Vec::new();
+        if v.get("candidates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.pointer("/content/parts").and_then(Value::as_array))
+            .flatten()
+            .any(nonempty)
+        {
+            self.generated = true;
+        }
         let text: String = v
             .pointer("/candidates/0/content/parts")
             .and_then(Value::as_array)
@@ -335,13 +401,7 @@ impl ChunkTranslator {
             .pointer("/candidates/0/finishReason")
             .and_then(Value::as_str)
         {
-            let finish = match f {
-                "MAX_TOKENS" => "length",
-                "SAFETY" | "PROHIBITED_CONTENT" | "BLOCKLIST" | "SPII" | "RECITATION" => {
-                    "content_filter"
-                }
-                _ => "stop",
-            };
+            let finish = super::gemini::finish_reason(f);
             self.finish = Some(finish.to_string());
             out.push(self.chunk(json!({}), Some(finish)));
         }
@@ -422,6 +482,16 @@ mod tests {
             }
             proptest::prop_assert_eq!(all(&raw, &cuts), whole);
         }
+    }
+
+    /// Found by the property test above: an empty read between a `\r` and its `\n`
+    /// (a duplicate cut) ended the event early and lost its name.
+    #[test]
+    fn an_empty_read_between_cr_and_lf_changes_nothing() {
+        let raw = b"event: error\r\ndata: {}\n\n";
+        let whole = all(raw, &[]);
+        assert_eq!(all(raw, &[13, 13]), whole);
+        assert_eq!(whole[0].event.as_deref(), Some("error"));
     }
 
     #[test]

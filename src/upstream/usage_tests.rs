@@ -329,3 +329,185 @@ fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
     });
     assert_eq!(t.usage(), usage(4012, 3000, 1000, 8, None));
 }
+
+#[test]
+fn openai_output_is_read_at_the_largest_figure_the_usage_implies() {
+    // The relay's reading: completion 0, but total − prompt and the reasoning say 60+.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 21, "completion_tokens": 0,
+        "total_tokens": 81, "completion_tokens_details": {"reasoning_tokens": 60}}));
+    assert_eq!(
+        (u.input, u.output, u.reasoning),
+        (Some(21), Some(60), Some(60))
+    );
+    // Reasoning larger than both: the output is at least the reasoning.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 10, "completion_tokens": 5,
+        "total_tokens": 15, "completion_tokens_details": {"reasoning_tokens": 40}}));
+    assert_eq!(u.output, Some(40));
+    // Reasoning where some compatible servers put it.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 10, "completion_tokens": 0, "reasoning_tokens": 33}),
+    );
+    assert_eq!((u.output, u.reasoning), (Some(33), Some(33)));
+    // A consistent usage reads as it is.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}),
+    );
+    assert_eq!((u.input, u.output), (Some(12), Some(8)));
+    // A total alone (no completion count) is a reading of the output.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 12, "total_tokens": 50}));
+    assert_eq!(u.output, Some(38));
+    // Reasoning alone is a part, not a total: the output stays unreported.
+    let u = super::openai::usage_block(
+        &json!({"prompt_tokens": 12, "completion_tokens_details": {"reasoning_tokens": 7}}),
+    );
+    assert_eq!(u.output, None);
+    // Cache reads above the prompt count: the prompt is at least the reads.
+    let u = super::openai::usage_block(&json!({"prompt_tokens": 0, "completion_tokens": 1,
+        "prompt_tokens_details": {"cached_tokens": 500}}));
+    assert_eq!(u.input, Some(500));
+}
+
+#[test]
+fn gemini_output_is_read_at_the_largest_figure_the_usage_implies() {
+    // candidates + thoughts against total − prompt − tool-use prompt: the larger.
+    let m = json!({"promptTokenCount": 21, "candidatesTokenCount": 0, "thoughtsTokenCount": 10,
+        "totalTokenCount": 81});
+    let u = super::gemini::usage(&m, true);
+    assert_eq!(
+        (u.input, u.output, u.reasoning),
+        (Some(21), Some(60), Some(10))
+    );
+    let m = json!({"promptTokenCount": 21, "candidatesTokenCount": 30, "thoughtsTokenCount": 60,
+        "totalTokenCount": 81});
+    assert_eq!(super::gemini::usage(&m, true).output, Some(90));
+    // Cached content above the prompt count: the prompt is at least the cache.
+    let m =
+        json!({"promptTokenCount": 5, "cachedContentTokenCount": 900, "candidatesTokenCount": 1});
+    assert_eq!(super::gemini::usage(&m, true).input, Some(900));
+}
+
+#[test]
+fn a_stream_reads_its_usage_chunk_at_the_largest_reading() {
+    let mut t = ChunkTranslator::new(Api::Openai, &dest(Api::Openai));
+    t.event(&SseEvent {
+        event: None,
+        data: json!({"choices": [], "usage": {"prompt_tokens": 21, "completion_tokens": 0,
+            "total_tokens": 81, "completion_tokens_details": {"reasoning_tokens": 60}}})
+        .to_string(),
+    });
+    assert_eq!(t.usage().output, Some(60));
+}
+
+fn translated(api: Api, evs: &[(Option<&str>, Value)]) -> ChunkTranslator {
+    let mut t = ChunkTranslator::new(api, &dest(api));
+    for (name, data) in evs {
+        t.event(&SseEvent {
+            event: name.map(str::to_string),
+            data: data.to_string(),
+        });
+    }
+    t
+}
+
+#[test]
+fn any_generated_output_marks_a_stream_started_and_names_alone_do_not() {
+    let started = |api, e: Value| translated(api, &[(None, e)]).generated();
+    for delta in [
+        json!({"reasoning_content": "hm"}),
+        json!({"reasoning": "hm"}),
+        json!({"reasoning_details": [{"type": "reasoning.text", "text": "hm"}]}),
+        json!({"content": "a"}),
+        json!({"tool_calls": [{"index": 0, "id": "call_1", "function": {"name": "f", "arguments": ""}}]}),
+        // A kind of output no one listed yet counts too.
+        json!({"audio": {"data": "AAAA"}}),
+    ] {
+        assert!(
+            started(
+                Api::Openai,
+                json!({"choices": [{"index": 0, "delta": delta}]})
+            ),
+            "{delta}"
+        );
+    }
+    for delta in [
+        json!({"role": "assistant"}),
+        json!({"role": "assistant", "content": "", "refusal": null}),
+        json!({}),
+    ] {
+        assert!(
+            !started(
+                Api::Openai,
+                json!({"choices": [{"index": 0, "delta": delta}]})
+            ),
+            "{delta}"
+        );
+    }
+    let a = |name: &str, v: Value| translated(Api::Anthropic, &[(Some(name), v)]).generated();
+    assert!(a(
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hm"}})
+    ));
+    assert!(a(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}})
+    ));
+    assert!(!a(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+    ));
+    assert!(started(
+        Api::Gemini,
+        json!({"candidates": [{"content": {"parts": [{"text": "hm", "thought": true}]}}]})
+    ));
+    assert!(!started(
+        Api::Gemini,
+        json!({"candidates": [{"content": {"parts": [{"text": ""}]}}]})
+    ));
+}
+
+#[test]
+fn finish_reasons_are_mapped_once_per_vendor_for_answers_and_streams() {
+    for (reason, want) in [
+        ("STOP", "stop"),
+        ("MAX_TOKENS", "length"),
+        ("SAFETY", "content_filter"),
+        ("PROHIBITED_CONTENT", "content_filter"),
+        ("RECITATION", "content_filter"),
+    ] {
+        let (v, _) = translate(
+            Api::Gemini,
+            &dest(Api::Gemini),
+            json!({"candidates": [{"content": {"parts": [{"text": "a"}]}, "finishReason": reason}]}),
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], want, "{reason}");
+        let t = translated(
+            Api::Gemini,
+            &[(
+                None,
+                json!({"candidates": [{"content": {"parts": [{"text": "a"}]}, "finishReason": reason}]}),
+            )],
+        );
+        assert_eq!(t.finish_reason(), Some(want), "{reason}");
+    }
+    for (reason, want) in [
+        ("end_turn", "stop"),
+        ("max_tokens", "length"),
+        ("tool_use", "tool_calls"),
+        ("refusal", "content_filter"),
+    ] {
+        let (v, _) = translate(
+            Api::Anthropic,
+            &dest(Api::Anthropic),
+            json!({"content": [{"type": "text", "text": "a"}], "stop_reason": reason}),
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], want, "{reason}");
+        let t = translated(
+            Api::Anthropic,
+            &[(
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 1}}),
+            )],
+        );
+        assert_eq!(t.finish_reason(), Some(want), "{reason}");
+    }
+}
