@@ -162,9 +162,11 @@ async fn each_api_streams_as_openai_chunks_with_usage_and_exact_cost() {
 
 #[tokio::test]
 async fn an_error_event_before_content_fails_over_like_a_plain_error() {
+    // The class is the error's, as for the same error sent plainly; the 2xx head makes
+    // the attempt maybe billed (DESIGN 5), which a soft ceiling allows to fail over.
     let g = gateway().await;
     g.vendors.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
-    let (status, id, data) = stream(&g, HARD, "m").await;
+    let (status, id, data) = stream(&g, SOFT, "m").await;
     assert_eq!(status, 200);
     assert_eq!(
         text_of(&data),
@@ -179,6 +181,7 @@ async fn an_error_event_before_content_fails_over_like_a_plain_error() {
             (
                 a.provider.as_str(),
                 a.class.as_deref().unwrap(),
+                a.billing.as_str(),
                 a.decision.as_deref().unwrap(),
             )
         })
@@ -186,11 +189,28 @@ async fn an_error_event_before_content_fails_over_like_a_plain_error() {
     assert_eq!(
         classes,
         [
-            ("oa", "rate_limited", "failover"),
-            ("an", "success", "served")
+            ("oa", "rate_limited", "maybe_billed", "failover"),
+            ("an", "success", "billed", "served")
         ]
     );
     assert_eq!((g.vendors.calls("oa"), g.vendors.calls("an")), (1, 1));
+}
+
+/// Under a hard ceiling the same stream stops: its 2xx head means the vendor accepted
+/// the call, so it is the request's one potentially billable attempt.
+#[tokio::test]
+async fn an_error_event_after_a_2xx_head_stops_a_hard_request() {
+    let g = gateway().await;
+    g.vendors.script("oa", vec![Script::StreamError(r#"{"error":{"message":"Rate limit reached for requests","type":"requests","code":"rate_limit_exceeded"}}"#.into())]);
+    let r = send(&g, HARD, "m").await;
+    assert_eq!(r.status(), 429);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "rate_limited", "{v}");
+    let id = v["error"]["request_id"].as_str().unwrap().to_string();
+    let row = settled(&g, &id).await;
+    assert_eq!(row.attempts.len(), 1);
+    assert_eq!(row.attempts[0].billing, "maybe_billed");
+    assert_eq!((g.vendors.calls("oa"), g.vendors.calls("an")), (1, 0));
 }
 
 #[tokio::test]

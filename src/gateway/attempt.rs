@@ -18,15 +18,15 @@ use crate::upstream::{self, ChatRequest, Credentials, Observation, Usage};
 /// its class (DESIGN 5, "Billable once started").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Started {
-    /// No answer, or an answer that says the model never ran: a non-2xx status, or a
-    /// stream whose 2xx head came but whose events failed before any output. A
-    /// stream's head is sent before the model runs, and an error event before any
-    /// output is the same failure as the same error sent as a plain answer (DESIGN 4),
-    /// so the head alone does not make the attempt billable; its first byte of output
-    /// does.
+    /// No 2xx answer: a transport failure or a non-2xx status. The model did not run,
+    /// or the vendor says so with a status that bills nothing.
     No,
-    /// A 2xx answer body: the vendor answered the call, so the model may have run
-    /// (OpenRouter, for one, answers 200 once the model started, errors included).
+    /// A 2xx answer: a body, or a stream's head. The vendor accepted the call, so the
+    /// model may have run whatever error follows (OpenRouter, for one, answers 200 once
+    /// the model started, and a relay's stream head comes after the model began). The
+    /// class still comes from the error, as for the same error sent plainly (DESIGN 4);
+    /// only the billing is raised (DESIGN 5, "any 2xx"): under a hard ceiling such an
+    /// attempt does not fail over, under a soft one it may.
     Answered,
     /// A stream sent content, reasoning or a tool call before it failed.
     Generated,

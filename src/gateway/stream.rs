@@ -58,10 +58,11 @@ impl Live {
     /// had reported (the failing event's included).
     fn failed(&self, class: FailureClass, reason: String, message: String) -> Start {
         Start::Failed(Failure {
+            // A live stream had a 2xx head: answered, at least.
             started: if self.translator.generated() {
                 Started::Generated
             } else {
-                Started::No
+                Started::Answered
             },
             usage: self.translator.usage(),
             ..Failure::new(class, reason, message)
