@@ -241,7 +241,11 @@ impl Chain<'_> {
             };
             let needed = rec.charged() + this + a.worst_case;
             let extra = needed.saturating_sub(at.held);
-            match engine.ledger.top_up(rec.request_id(), extra).await {
+            match engine
+                .ledger
+                .top_up(rec.request_id(), extra, current_limits(&engine.plan(), self.policy))
+                .await
+            {
                 Ok(()) => at.held = at.held + extra,
                 Err(e @ LedgerError::BudgetExhausted { .. }) => {
                     decision = Decision {
@@ -251,6 +255,9 @@ impl Chain<'_> {
                     };
                     over_budget = Some(e.to_string());
                 }
+                // Also `NotInFlight` (another replica recovered the request while this
+                // one was stalled) and `LeaseLost`: the request stops here, and the
+                // alternate is never called.
                 Err(e) => return Err(GatewayError::LedgerUnavailable(e.to_string())),
             }
         }
@@ -350,4 +357,20 @@ impl Chain<'_> {
             }
         }
     }
+}
+
+/// The budgets a top-up is checked against: the running plan's for the request's
+/// policy (a reload may have lowered one since admission), or the request's own when
+/// the running plan no longer has that policy.
+fn current_limits(running: &Plan, admitted_under: &Policy) -> Vec<ledger::BudgetLimit> {
+    running
+        .policy(admitted_under.id.as_str())
+        .unwrap_or(admitted_under)
+        .budgets
+        .iter()
+        .map(|b| ledger::BudgetLimit {
+            period: b.period,
+            limit: b.limit,
+        })
+        .collect()
 }

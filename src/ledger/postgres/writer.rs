@@ -82,22 +82,14 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
         let results = apply_group(&shared, &group).await;
         // A refusal of the operation itself (a budget, an unknown id) says the
         // database answered; only a failure of every operation to reach it does not.
-        let reached = results.iter().any(|r| !r.as_ref().is_err_and(unreachable));
+        let reached = results
+            .iter()
+            .any(|r| !r.as_ref().is_err_and(LedgerError::is_transient));
         shared.writable.store(reached, Ordering::Relaxed);
         last = group.len();
         for (env, res) in group.drain(..).zip(results) {
             let _ = env.reply.send(res);
         }
-    }
-}
-
-/// Whether an error says the database could not be reached or could not commit, as
-/// opposed to refusing one operation.
-pub fn unreachable(e: &LedgerError) -> bool {
-    match e {
-        LedgerError::Postgres(e) => e.code().is_none() || e.is_closed(),
-        LedgerError::Unavailable(_) => true,
-        _ => false,
     }
 }
 
@@ -114,7 +106,7 @@ async fn apply_group(shared: &Shared, group: &[Envelope]) -> Vec<Result<(), Ledg
     };
     match try_group(&client, &shared.replica, group).await {
         Ok(results) => results,
-        Err(e) if unreachable(&e) => group.iter().map(|_| Err(clone_err(&e))).collect(),
+        Err(e) if e.is_transient() => group.iter().map(|_| Err(clone_err(&e))).collect(),
         Err(_) => {
             let mut results = Vec::with_capacity(group.len());
             for env in group {
