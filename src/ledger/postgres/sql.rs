@@ -236,6 +236,34 @@ WITH o AS (
 )
 SELECT count(*) FROM r";
 
+/// Admissions whose commit this replica could not confirm (the connection failed as
+/// the database answered): the gateway was told the ledger is unavailable and made no
+/// call, so any of them that did commit is ended `failed` / `ledger_unavailable`, its
+/// attempt `not_billed`, and what it holds given back. Requests not found, or no
+/// longer in flight, are left alone, so applying it twice changes nothing.
+/// $1 request ids, $2 reason, $3 replica. Answers how many it ended.
+pub const ABANDON: &str = "
+WITH o AS (
+    SELECT id, policy, received_at, reserved_periods, COALESCE(reserved_amount, worst_case) AS held
+    FROM requests WHERE id = ANY ($1) AND outcome = 'in_flight' AND replica = $3 FOR UPDATE
+), a AS (
+    UPDATE attempts SET state = 'done', finished_at = now(), billing = 'not_billed', cost = 0,
+        decision = 'stop', reason = $2
+    WHERE request_id IN (SELECT id FROM o) AND state = 'in_flight'
+), r AS (
+    UPDATE requests q SET outcome = 'failed', error_code = 'ledger_unavailable', cost = 0,
+        reserved_periods = NULL
+    FROM o WHERE q.id = o.id RETURNING q.id
+), s AS (
+    SELECT o.policy, x.period, date_trunc(x.period, o.received_at, 'UTC') AS start, sum(o.held) AS held
+    FROM o, unnest(o.reserved_periods) AS x (period)
+    GROUP BY 1, 2, 3
+), w AS (
+    UPDATE budget_windows b SET reserved = GREATEST(b.reserved - s.held, 0)
+    FROM s WHERE b.policy = s.policy AND b.period = s.period AND b.window_start = s.start
+)
+SELECT count(*) FROM r";
+
 /// The readiness probe's write: one small row, this replica's own. $1 replica.
 pub const PROBE: &str = "UPDATE replicas SET renewed_at = now() WHERE id = $1";
 
