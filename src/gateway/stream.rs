@@ -288,6 +288,15 @@ impl Out {
         if self.gone {
             return;
         }
+        // Room in the channel: no timer (the common case, on the path of every chunk).
+        let b = match self.tx.try_send(b) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.gone = true;
+                return;
+            }
+            Err(mpsc::error::TrySendError::Full(b)) => b,
+        };
         match tokio::time::timeout(self.deadline, self.tx.send(b)).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => self.gone = true,

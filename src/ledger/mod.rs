@@ -126,6 +126,32 @@ impl LedgerError {
     }
 }
 
+impl LedgerError {
+    /// Whether the error refuses this one operation and leaves the transaction it ran
+    /// in sound: nothing was written for it, or only the record of its refusal (the
+    /// refused request row). The rest of its group commits; any other error spoils the
+    /// group, which is then redone one operation at a time.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            LedgerError::BudgetExhausted { .. } | LedgerError::NotInFlight(_) => true,
+            LedgerError::Sqlite(_)
+            | LedgerError::TooNew { .. }
+            | LedgerError::Migration { .. }
+            | LedgerError::RolledBack
+            | LedgerError::WriterGone
+            | LedgerError::UnknownRequest(_)
+            | LedgerError::NotSettleable { .. }
+            | LedgerError::Corrupt(_)
+            | LedgerError::Postgres(_)
+            | LedgerError::PgMigration { .. }
+            | LedgerError::Unavailable(_)
+            | LedgerError::ReplicaInUse(_)
+            | LedgerError::Unsupported(_)
+            | LedgerError::LeaseLost(_) => false,
+        }
+    }
+}
+
 /// SQLite errors of the environment (locks, disk, I/O, memory), not of the statement.
 fn sqlite_transient(e: &rusqlite::Error) -> bool {
     use rusqlite::ErrorCode as C;

@@ -65,6 +65,10 @@ pub fn spawn(shared: Arc<Shared>) -> Result<mpsc::UnboundedSender<Envelope>, Led
 /// while the writer has nothing else to do.
 const RECONCILE_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// Most doubtful admissions kept through a long outage; past it the rest are left to
+/// this replica's recovery at its next start (or another's, should it die).
+const DOUBTFUL_MAX: usize = 100_000;
+
 const ABANDONED: &str = "the database connection failed as the admission's commit was answered, so the gateway made no call; the admission had committed, and is ended here once the database answers again";
 
 async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
@@ -113,6 +117,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
         for (env, res) in group.iter().zip(&results) {
             if let (Op::Admit { req, .. }, Err(e)) = (&env.op, res)
                 && e.is_transient()
+                && doubtful.len() < DOUBTFUL_MAX
             {
                 doubtful.push(req.id.clone());
             }
@@ -175,8 +180,11 @@ async fn apply_group(shared: &Shared, group: &[Envelope]) -> Vec<Result<(), Ledg
     };
     match try_group(&client, &shared.replica, group).await {
         Ok(results) => results,
+        // The database could not be reached (or could not commit): every caller is
+        // told so. Otherwise one operation failed: each is tried alone.
         Err(e) if e.is_transient() => group.iter().map(|_| Err(clone_err(&e))).collect(),
-        Err(_) => {
+        Err(spoiled) => {
+            tracing::debug!(error = %spoiled, "a group failed; its operations are applied one at a time");
             let mut results = Vec::with_capacity(group.len());
             for env in group {
                 let one = std::slice::from_ref(env);

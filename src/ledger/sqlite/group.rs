@@ -181,17 +181,12 @@ fn try_group(
     }
     let mut results = Vec::with_capacity(group.len());
     for env in group {
-        match apply_op(&tx, books, &env.op) {
-            // A refusal changes nothing (or records only the refused request).
-            r @ (Ok(())
-            | Err(LedgerError::BudgetExhausted { .. } | LedgerError::NotInFlight(_))) => {
-                results.push(r)
-            }
-            Err(_) => {
-                books.forget();
-                return None; // dropping `tx` rolls the group back
-            }
+        let r = apply_op(&tx, books, &env.op);
+        if r.as_ref().is_err_and(|e| !e.is_refusal()) {
+            books.forget();
+            return None; // dropping `tx` rolls the group back
         }
+        results.push(r);
     }
     match books.write(&tx).and_then(|()| tx.commit()) {
         Ok(()) => Some(results),
@@ -208,10 +203,7 @@ fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), 
     books.check(&tx)?;
     let r = apply_op(&tx, books, op);
     // A refused budget is recorded (the refused request row says why).
-    let keep = matches!(
-        r,
-        Ok(()) | Err(LedgerError::BudgetExhausted { .. } | LedgerError::NotInFlight(_))
-    );
+    let keep = !r.as_ref().is_err_and(|e| !e.is_refusal());
     let done = if keep {
         books
             .write(&tx)
