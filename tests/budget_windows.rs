@@ -184,12 +184,19 @@ async fn a_budget_added_mid_day_counts_the_days_spend(kind: Kind) {
         .await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = gw.chat().await;
-    assert_eq!(status, 402, "admitted under a budget the day has spent: {body}");
+    assert_eq!(
+        status, 402,
+        "admitted under a budget the day has spent: {body}"
+    );
     assert_eq!(body["error"]["code"], "budget_exhausted", "{body}");
     assert_eq!(gw.vendors.calls("p"), 4);
     let windows = gw.engine.ledger.stored_budgets().await.unwrap();
     let w = windows.iter().find(|w| w.period == "day").unwrap();
-    assert_eq!(w.spent, m("0.08"), "the window starts from the day's charges");
+    assert_eq!(
+        w.spent,
+        m("0.08"),
+        "the window starts from the day's charges"
+    );
     common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
 }
 
@@ -307,10 +314,7 @@ async fn a_new_window_is_seeded_from_the_ledger(kind: Kind) {
         .await
         .unwrap();
     // A 0.2 day budget appears: 0.075 + 0.01 + 0.02 = 0.105 is spent, 0.1 does not fit.
-    match l
-        .admit(new_request("d", "0.1"), day_limit("0.2"))
-        .await
-    {
+    match l.admit(new_request("d", "0.1"), day_limit("0.2")).await {
         Err(LedgerError::BudgetExhausted { spent, .. }) => assert_eq!(spent, m("0.105")),
         other => panic!("admitted past the day's charges: {other:?}"),
     }
@@ -345,7 +349,13 @@ async fn a_new_window_is_seeded_from_the_ledger_postgres() {
 /// refused, and the alternate is never called. (On main the top-up was checked against
 /// the stored limit of the admission, and the alternate was called.)
 async fn a_top_up_checks_the_reloaded_limit(kind: Kind) {
-    let Some(gw) = gateway(kind, &format!("top_up_reload_{kind:?}"), "soft", &[day("10")]).await
+    let Some(gw) = gateway(
+        kind,
+        &format!("top_up_reload_{kind:?}"),
+        "soft",
+        &[day("10")],
+    )
+    .await
     else {
         return;
     };
@@ -365,7 +375,12 @@ async fn a_top_up_checks_the_reloaded_limit(kind: Kind) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let (status, body) = gw
-        .reload(policy_set(&gw.vendors, "USD", "soft", &[day(&held.to_string())]))
+        .reload(policy_set(
+            &gw.vendors,
+            "USD",
+            "soft",
+            &[day(&held.to_string())],
+        ))
         .await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = call.await.unwrap();
@@ -426,9 +441,13 @@ async fn settle_keeps_the_worst_case_of_other_attempts(kind: Kind) {
         return;
     };
     let (l, _) = Ledger::open_at(&target, options("settle")).await.unwrap();
-    l.admit_with_attempt(new_request("r", "0.1"), day_limit("1"), attempt("r", 1, "0.1"))
-        .await
-        .unwrap();
+    l.admit_with_attempt(
+        new_request("r", "0.1"),
+        day_limit("1"),
+        attempt("r", 1, "0.1"),
+    )
+    .await
+    .unwrap();
     l.finish_attempt(ended("r", 1, Billing::MaybeBilled, "0"))
         .await
         .unwrap();

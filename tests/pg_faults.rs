@@ -63,7 +63,11 @@ async fn gateway(url: &str, replica: &str, lease: Duration, timeout_ms: u64) -> 
     let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
     std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(config.join("set.yaml"), policy_set(&vendors, "hard", timeout_ms)).unwrap();
+    std::fs::write(
+        config.join("set.yaml"),
+        policy_set(&vendors, "hard", timeout_ms),
+    )
+    .unwrap();
     let plan = purser::policy::compile_dir(&config).unwrap();
     let opts = Options {
         replica: Some(replica.into()),
@@ -160,17 +164,17 @@ async fn a_database_cut_while_a_call_is_out_leaves_nothing_in_flight_once_it_ret
     tokio::time::sleep(Duration::from_secs(5)).await;
     // The vendor answered meanwhile; its end could not be written.
     assert_eq!(gw.vendors.calls("p"), 1);
-    assert_eq!(open_rows(&db).await.0, 1, "the cut did not catch the request");
+    assert_eq!(
+        open_rows(&db).await.0,
+        1,
+        "the cut did not catch the request"
+    );
     proxy.restore();
     let _ = call.await.unwrap();
     wait_until_settled(&db, Duration::from_secs(20), "after the database came back").await;
-    let row = gw
-        .engine
-        .ledger
-        .request(&gw.vendors.sent("p")[0].attempt.rsplit_once('/').unwrap().0.to_string())
-        .await
-        .unwrap()
-        .unwrap();
+    let sent = gw.vendors.sent("p");
+    let id = sent[0].attempt.rsplit_once('/').unwrap().0;
+    let row = gw.engine.ledger.request(id).await.unwrap().unwrap();
     assert_eq!(row.outcome, "interrupted", "{row:?}");
     assert_eq!(gw.vendors.calls("alt"), 0);
     common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
@@ -217,24 +221,38 @@ async fn a_lost_reply_to_an_admission_commit_strands_no_reservation() {
     let db = common::pg::connect(&url).await;
     proxy.drop_commit_replies(1);
     let (status, body) = chat(&gw.base()).await;
-    assert_eq!(proxy.commit_replies_dropped(), 1, "no COMMIT answer was dropped");
+    assert_eq!(
+        proxy.commit_replies_dropped(),
+        1,
+        "no COMMIT answer was dropped"
+    );
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "ledger_unavailable", "{body}");
-    assert_eq!(gw.vendors.calls("p"), 0, "a call was made without a confirmed admission");
+    assert_eq!(
+        gw.vendors.calls("p"),
+        0,
+        "a call was made without a confirmed admission"
+    );
     // The admission did commit: the scenario is real.
     let committed: i64 = db
         .query_one("SELECT count(*) FROM requests", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(committed, 1, "the admission's COMMIT did not reach the server");
+    assert_eq!(
+        committed, 1,
+        "the admission's COMMIT did not reach the server"
+    );
     wait_until_settled(&db, Duration::from_secs(10), "after a lost COMMIT answer").await;
     let row = db
         .query_one("SELECT outcome, error_code, cost FROM requests", &[])
         .await
         .unwrap();
     assert_eq!(row.get::<_, String>(0), "failed");
-    assert_eq!(row.get::<_, Option<String>>(1).as_deref(), Some("ledger_unavailable"));
+    assert_eq!(
+        row.get::<_, Option<String>>(1).as_deref(),
+        Some("ledger_unavailable")
+    );
     // Later requests are served as usual.
     assert_eq!(chat(&gw.base()).await.0, 200);
     wait_until_settled(&db, Duration::from_secs(10), "after a served request").await;
@@ -376,7 +394,10 @@ async fn a_replica_frozen_past_its_lease_calls_no_alternate_when_it_thaws() {
     let db = common::pg::connect(&url).await;
     let start = Instant::now();
     while vendors.calls("p") == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "the primary was never called");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the primary was never called"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pid = replicas[0].child.id().to_string();

@@ -48,7 +48,8 @@ fn long_stream() -> Vec<Vec<u8>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_does_not_hold_its_request() {
     let gw = common::start(docs).await;
-    gw.vendors.script("p", vec![Script::StreamPieces(long_stream())]);
+    gw.vendors
+        .script("p", vec![Script::StreamPieces(long_stream())]);
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut conn = socket.connect(gw.addr).await.unwrap();

@@ -243,7 +243,11 @@ impl Chain<'_> {
             let extra = needed.saturating_sub(at.held);
             match engine
                 .ledger
-                .top_up(rec.request_id(), extra, current_limits(&engine.plan(), self.policy))
+                .top_up(
+                    rec.request_id(),
+                    extra,
+                    current_limits(&engine.plan(), self.policy),
+                )
                 .await
             {
                 Ok(()) => at.held = at.held + extra,

@@ -345,9 +345,8 @@ async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, BodyRefusal> {
     if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
         return Err(BodyRefusal::TooLarge(stream));
     }
-    let mut body = Vec::with_capacity(declared.map_or(0, |n| {
-        usize::try_from(n).unwrap_or(limit).min(limit)
-    }));
+    let mut body =
+        Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(limit).min(limit)));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(BodyRefusal::Unreadable)?;
         if body.len() + chunk.len() > limit {

@@ -96,7 +96,7 @@ pub enum LedgerError {
     #[error(
         "this replica has not renewed its PostgreSQL lease for {0} ms; it admits nothing until it does"
     )]
-    LeaseLost(u128),
+    LeaseLost(u64),
 }
 
 impl LedgerError {

@@ -97,7 +97,12 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-async fn relay(client: TcpStream, server: TcpStream, f: Arc<Faults>, mut kill: watch::Receiver<u64>) {
+async fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    f: Arc<Faults>,
+    mut kill: watch::Receiver<u64>,
+) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut cr, mut cw) = client.into_split();
@@ -117,8 +122,7 @@ async fn relay(client: TcpStream, server: TcpStream, f: Arc<Faults>, mut kill: w
                 // Search across reads: a message may be split between two.
                 tail.extend_from_slice(&buf[..n]);
                 if contains(&tail, COMMIT)
-                    && f
-                        .drop_commit_replies
+                    && f.drop_commit_replies
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| k.checked_sub(1))
                         .is_ok()
                 {

@@ -218,7 +218,11 @@ pub async fn assert_ledger_invariants(
         assert_ne!(r.outcome, "in_flight", "request {} is left in flight", r.id);
         let mut c = Decimal::ZERO;
         for a in &r.attempts {
-            assert_ne!(a.state, "in_flight", "attempt {}#{} is left in flight", r.id, a.seq);
+            assert_ne!(
+                a.state, "in_flight",
+                "attempt {}#{} is left in flight",
+                r.id, a.seq
+            );
             c += match a.billing.as_str() {
                 "billed" => dec(&a.cost),
                 "maybe_billed" => dec(&a.worst_case),
@@ -261,11 +265,9 @@ pub async fn assert_ledger_invariants(
                 .attempt
                 .rsplit_once('/')
                 .unwrap_or_else(|| panic!("call without x-purser-attempt: {:?}", call.attempt));
-            let row = ledger
-                .request(id)
-                .await
-                .unwrap()
-                .unwrap_or_else(|| panic!("provider {p}: call {} has no request row", call.attempt));
+            let row = ledger.request(id).await.unwrap().unwrap_or_else(|| {
+                panic!("provider {p}: call {} has no request row", call.attempt)
+            });
             assert!(
                 row.attempts
                     .iter()

@@ -45,13 +45,15 @@ impl Held {
 
     /// `Err(LeaseLost)` once the lease may have run out.
     pub fn check(&self) -> Result<(), LedgerError> {
-        let now = self.epoch.elapsed().as_millis();
-        let until = u128::from(self.until_ms.load(Ordering::SeqCst));
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let until = self.until_ms.load(Ordering::SeqCst);
         if now < until {
             Ok(())
         } else {
+            let lease = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+            // Since the last renewal that counted was sent.
             Err(LedgerError::LeaseLost(
-                now.saturating_sub(until.saturating_sub(self.lease.as_millis())),
+                now.saturating_sub(until.saturating_sub(lease)),
             ))
         }
     }
@@ -144,7 +146,12 @@ async fn recover(
 /// Renew the lease, and recover replicas whose lease has expired, until aborted. `pool`
 /// is the lease's own (one connection): a renewal must never wait behind reads such as
 /// a long CSV export, or the lease lapses under a healthy database.
-pub async fn keep(pool: Pool, r: Replica, instance: std::sync::Arc<str>, held: std::sync::Arc<Held>) {
+pub async fn keep(
+    pool: Pool,
+    r: Replica,
+    instance: std::sync::Arc<str>,
+    held: std::sync::Arc<Held>,
+) {
     let every = (r.lease / 3).max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(every).await;

@@ -157,15 +157,20 @@ pub(super) fn charged_in_window(tx: &Connection, key: &WindowKey) -> Result<Mone
     Ok(per
         .into_values()
         .fold(Money::ZERO, |sum, (in_flight, held, charged)| {
-            sum + if in_flight { charged.max(held) } else { charged }
+            sum + if in_flight {
+                charged.max(held)
+            } else {
+                charged
+            }
         }))
 }
 
 /// The window's bounds in Unix milliseconds, `[from, to)`.
 fn window_ms(key: &WindowKey) -> Result<(i64, i64), LedgerError> {
     let corrupt = || LedgerError::Corrupt(format!("window start `{}`", key.start));
-    let start = time::OffsetDateTime::parse(&key.start, &time::format_description::well_known::Rfc3339)
-        .map_err(|_| corrupt())?;
+    let start =
+        time::OffsetDateTime::parse(&key.start, &time::format_description::well_known::Rfc3339)
+            .map_err(|_| corrupt())?;
     let end = match key.period {
         Period::Day => start.checked_add(time::Duration::days(1)),
         Period::Month => {
