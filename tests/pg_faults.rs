@@ -80,7 +80,11 @@ async fn gateway(url: &str, replica: &str, lease: Duration, timeout_ms: u64) -> 
     let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = purser::http::router(engine.clone(), purser::http::Options::default());
+    let opts = purser::http::Options {
+        admin_token: purser::http::AdminToken::new(ADMIN),
+        ..purser::http::Options::default()
+    };
+    let app = purser::http::router(engine.clone(), opts);
     tokio::spawn(async move { axum::serve(listener, app).await });
     Gw {
         addr,
@@ -440,4 +444,62 @@ async fn a_replica_frozen_past_its_lease_calls_no_alternate_when_it_thaws() {
     );
     assert_eq!(status, 503, "{body}");
     drop(replicas);
+}
+
+/// Eight CSV exports whose clients stop reading hold every read connection (their
+/// queries stream as the client reads). The lease is renewed all the same, on its own
+/// connection, and the replica keeps admitting. (On main the renewal waited for a read
+/// connection, failed, and the lease expired under a healthy database: another replica
+/// would have recovered this one's requests in flight.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csv_exports_that_hold_every_read_connection_do_not_stop_the_lease() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(url) = common::pg::fresh_schema("pg_lease_csv").await else {
+        return;
+    };
+    let gw = gateway(&url, "exports", Duration::from_millis(900), 5_000).await;
+    let db = common::pg::connect(&url).await;
+    // 40,000 attempts: megabytes of CSV, more than the sockets and buffers hold.
+    db.batch_execute(
+        "INSERT INTO requests (id, received_at, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, replica)
+         SELECT 'r' || g, now(), 'bot', 'other', 'p1', 'm', 'hard', 1, 0.01, 'served', 'exports' FROM generate_series(1, 40000) g;
+         INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case, cost, replica, reason)
+         SELECT 'r' || g, 1, 'p', 'm', 'us', now(), 'done', 'billed', 0.01, 0.01, 'exports', repeat('x', 100) FROM generate_series(1, 40000) g;",
+    )
+    .await
+    .unwrap();
+    let mut stalled = Vec::new();
+    for _ in 0..8 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut conn = socket.connect(gw.addr).await.unwrap();
+        conn.write_all(
+            format!("GET /audit/v1/attempts.csv HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut first = [0u8; 512];
+        let n = conn.read(&mut first).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&first[..n])
+        );
+        stalled.push(conn); // read no more, keep it open
+    }
+    // Three leases later, the lease is still held and renewed.
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    let live: bool = db
+        .query_one(
+            "SELECT expires_at > now() FROM replicas WHERE id = 'exports'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(live, "the lease expired while CSV exports held the read connections");
+    let (status, body) = chat(&gw.base()).await;
+    assert_eq!(status, 200, "{body}");
+    drop(stalled);
 }
