@@ -183,6 +183,23 @@ async fn a_budget_added_mid_day_counts_the_days_spend(kind: Kind) {
         .reload(policy_set(&gw.vendors, "USD", "hard", &[day("0.05")]))
         .await;
     assert_eq!(status, 200, "{body}");
+    // Before any admission creates it, the audit API shows the window as it will start.
+    let budgets: Value = reqwest::Client::new()
+        .get(format!("http://{}/audit/v1/budgets", gw.addr))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let shown = budgets["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["period"] == "day")
+        .unwrap();
+    assert_eq!(m(shown["spent"].as_str().unwrap()), m("0.08"), "{budgets}");
     let (status, body) = gw.chat().await;
     assert_eq!(
         status, 402,

@@ -498,7 +498,10 @@ async fn csv_exports_that_hold_every_read_connection_do_not_stop_the_lease() {
         .await
         .unwrap()
         .get(0);
-    assert!(live, "the lease expired while CSV exports held the read connections");
+    assert!(
+        live,
+        "the lease expired while CSV exports held the read connections"
+    );
     let (status, body) = chat(&gw.base()).await;
     assert_eq!(status, 200, "{body}");
     drop(stalled);
