@@ -33,6 +33,18 @@ pub enum ReloadError {
         kept: String,
         diagnostics: Diagnostics,
     },
+    /// Every price, ceiling and budget of a plan is in its currency, and the ledger's
+    /// windows hold amounts in it: a new currency would add its amounts to the old
+    /// ones. Changing it needs a fresh ledger (a restart on a new database).
+    #[error(
+        "the policy set in {dir} changes the currency from {from} to {to}; the ledger's budget windows and costs are in {from}, so a running gateway cannot switch: plan {kept} keeps serving (start a new ledger to change currency)"
+    )]
+    CurrencyChanged {
+        dir: String,
+        from: String,
+        to: String,
+        kept: String,
+    },
     #[error("the reload did not complete: {0}")]
     Interrupted(String),
 }
@@ -61,6 +73,15 @@ impl Reloader {
             kept: self.engine.plan().id().to_string(),
             diagnostics,
         })?;
+        let running = self.engine.plan();
+        if plan.currency() != running.currency() {
+            return Err(ReloadError::CurrencyChanged {
+                dir: self.dir.display().to_string(),
+                from: running.currency().to_string(),
+                to: plan.currency().to_string(),
+                kept: running.id().to_string(),
+            });
+        }
         let warnings = plan.warnings().iter().map(|w| w.to_string()).collect();
         let plan_id = plan.id().to_string();
         let previous = self.engine.replace_plan(plan);

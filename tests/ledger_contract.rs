@@ -535,13 +535,13 @@ async fn a_top_up_raises_every_window_or_none(db: Db) {
             limit: m("0.5"),
         },
     ];
-    l.admit(req("f", "0.2"), budgets).await.unwrap();
+    l.admit(req("f", "0.2"), budgets.clone()).await.unwrap();
     // The alternate needs 0.2 more: both windows have room.
-    l.top_up("f", m("0.2")).await.unwrap();
+    l.top_up("f", m("0.2"), budgets.clone()).await.unwrap();
     assert_eq!(window(&l, "day").await.2, "0.4");
     assert_eq!(window(&l, "month").await.2, "0.4");
     // 0.2 more fits the day but not the month: nothing changes anywhere.
-    match l.top_up("f", m("0.2")).await {
+    match l.top_up("f", m("0.2"), budgets.clone()).await {
         Err(LedgerError::BudgetExhausted {
             period: "month",
             needed,
@@ -558,9 +558,18 @@ async fn a_top_up_raises_every_window_or_none(db: Db) {
         .unwrap();
     let (_, spent, reserved) = window(&l, "month").await;
     assert_eq!((spent.as_str(), reserved.as_str()), ("0.03", "0"));
-    // A request that is not in flight has nothing to raise.
-    l.top_up("f", m("0.1")).await.unwrap();
-    l.top_up("nobody", m("0.1")).await.unwrap();
+    // A request no longer in flight may not go on (no alternate is called for it),
+    // whether or not it needs more; an unknown one is named as such.
+    for extra in ["0.1", "0"] {
+        match l.top_up("f", m(extra), budgets.clone()).await {
+            Err(LedgerError::NotInFlight(id)) => assert_eq!(id, "f"),
+            other => panic!("a finished request was topped up by {extra}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        l.top_up("nobody", m("0.1"), budgets.clone()).await,
+        Err(LedgerError::UnknownRequest(_))
+    ));
     assert_eq!(window(&l, "month").await.2, "0");
 }
 

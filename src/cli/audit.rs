@@ -256,7 +256,7 @@ pub async fn settle(db: &Target, request_id: &str, cost: &str) -> ExitCode {
     match crate::ledger::settle_at(db, request_id, cost).await {
         Ok(()) => {
             println!(
-                "settled {request_id} at {cost}; its budget reservations now count {cost} plus any billed attempts"
+                "settled {request_id} at {cost}; its budget reservations now count {cost} plus any billed attempts and the worst case of any other attempt that may have been billed"
             );
             ExitCode::SUCCESS
         }

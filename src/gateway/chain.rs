@@ -34,6 +34,9 @@ pub struct Deps<'a> {
     pub metrics: &'a Metrics,
     pub clock: &'a dyn Clock,
     pub caller: Caller<'a>,
+    /// The plan running now (a reload may have swapped it since admission): a top-up
+    /// is checked against its budgets.
+    pub running_plan: &'a (dyn Fn() -> std::sync::Arc<Plan> + Send + Sync),
 }
 
 /// What the chain runs under: one plan snapshot, the selection, the request.
@@ -391,12 +394,21 @@ impl Chain<'_> {
         };
         let needed = rec.charged() + this + a.worst_case;
         let extra = needed.saturating_sub(at.held);
-        match self.deps.ledger.top_up(rec.request_id(), extra).await {
+        let limits = current_limits(&(self.deps.running_plan)(), self.policy);
+        match self
+            .deps
+            .ledger
+            .top_up(rec.request_id(), extra, limits)
+            .await
+        {
             Ok(()) => {
                 at.held = at.held + extra;
                 Ok(Reservation::Reserved)
             }
             Err(e @ LedgerError::BudgetExhausted { .. }) => Ok(Reservation::Refused(e.to_string())),
+            // Also `NotInFlight` (another replica recovered the request while this one
+            // was stalled) and `LeaseLost`: the request stops here, and the alternate is
+            // never called.
             Err(e) => Err(GatewayError::LedgerUnavailable(e.to_string())),
         }
     }
@@ -493,4 +505,20 @@ struct Attempted {
     status: Option<u16>,
     key: Option<String>,
     sent: Option<std::time::Instant>,
+}
+
+/// The budgets a top-up is checked against: the running plan's for the request's
+/// policy (a reload may have lowered one since admission), or the request's own when
+/// the running plan no longer has that policy.
+fn current_limits(running: &Plan, admitted_under: &Policy) -> Vec<ledger::BudgetLimit> {
+    running
+        .policy(admitted_under.id.as_str())
+        .unwrap_or(admitted_under)
+        .budgets
+        .iter()
+        .map(|b| ledger::BudgetLimit {
+            period: b.period,
+            limit: b.limit,
+        })
+        .collect()
 }

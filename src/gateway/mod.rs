@@ -557,6 +557,7 @@ impl Engine {
             max_tokens: selected.bounds.output,
             stream: parsed.stream,
         };
+        let running_plan = || self.plan();
         chain::Chain {
             plan,
             policy,
@@ -571,6 +572,7 @@ impl Engine {
                     credentials: &self.credentials,
                     breakers,
                 },
+                running_plan: &running_plan,
             },
         }
         .run(rec)

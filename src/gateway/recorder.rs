@@ -12,7 +12,7 @@ use super::attempt::Bill;
 use super::{Engine, GatewayError};
 use crate::decide::Action;
 use crate::failure::{Billing, FailureClass};
-use crate::ledger::{self, AttemptResult, Decision, Ledger, LedgerError, RequestResult};
+use crate::ledger::{self, AttemptResult, Decision, Ledger, RequestResult};
 use crate::money::Money;
 use crate::policy::plan::Destination;
 use crate::pricing::Charge;
@@ -337,7 +337,9 @@ async fn sweep(mut rx: mpsc::UnboundedReceiver<String>, ledger: Ledger) {
                     tracing::warn!(request_id = %id, "request interrupted by the sweeper: settle it with `purser settle` once its cost is known");
                     break;
                 }
-                Err(e @ (LedgerError::Sqlite(_) | LedgerError::RolledBack)) => {
+                // Either engine: a database cut, busy or full passes, and then the
+                // request must stop being in flight (DESIGN 5).
+                Err(e) if e.is_transient() => {
                     tracing::error!(request_id = %id, error = %e, "cannot interrupt a stuck request yet; retrying");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));

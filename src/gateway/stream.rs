@@ -372,12 +372,36 @@ enum End {
 struct Out {
     tx: mpsc::Sender<Bytes>,
     gone: bool,
+    /// How long one send may make no progress (the provider's `timeout_ms`): a client
+    /// that keeps its socket open but stops reading is then treated as gone, so it
+    /// cannot hold the reservation, its in-flight slot and the upstream call.
+    deadline: Duration,
 }
 
 impl Out {
     async fn send(&mut self, b: Bytes) {
-        if !self.gone && self.tx.send(b).await.is_err() {
-            self.gone = true;
+        if self.gone {
+            return;
+        }
+        // Room in the channel: no timer (the common case, on the path of every chunk).
+        let b = match self.tx.try_send(b) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.gone = true;
+                return;
+            }
+            Err(mpsc::error::TrySendError::Full(b)) => b,
+        };
+        match tokio::time::timeout(self.deadline, self.tx.send(b)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => self.gone = true,
+            Err(_) => {
+                tracing::info!(
+                    deadline_ms = self.deadline.as_millis(),
+                    "the client read nothing within the provider's timeout; the attempt finishes without it"
+                );
+                self.gone = true;
+            }
         }
     }
 }
@@ -388,7 +412,11 @@ fn sse(v: &Value) -> Bytes {
 
 impl Tail {
     pub async fn run(self, mut live: Live, tx: mpsc::Sender<Bytes>) {
-        let mut out = Out { tx, gone: false };
+        let mut out = Out {
+            tx,
+            gone: false,
+            deadline: live.idle,
+        };
         for c in std::mem::take(&mut live.pending) {
             out.send(sse(&c)).await;
         }

@@ -46,6 +46,9 @@ pub async fn reload(
                         .map(|d| d.to_string())
                         .collect::<Vec<_>>(),
                 ),
+                ReloadError::CurrencyChanged { .. } => {
+                    (StatusCode::UNPROCESSABLE_ENTITY, vec![e.to_string()])
+                }
                 ReloadError::Interrupted(_) => (StatusCode::INTERNAL_SERVER_ERROR, vec![]),
             };
             Ok((

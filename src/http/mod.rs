@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -31,6 +30,14 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
 
 /// Seconds a client shed for overload is told to wait (`Retry-After`).
 const RETRY_AFTER_S: &str = "1";
+
+/// A request refused before its body is read (401, 413, 503 overloaded) has the rest
+/// of its body read and dropped, at most this many bytes for at most `LINGER_TIME`, as
+/// nginx's lingering close does: closing a socket with unread bytes makes the kernel
+/// reset the connection, and a client still sending sees a broken pipe instead of
+/// its answer. The bounds keep a stranger from holding the gateway's reads.
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where `/metrics` is served and who may read it. It shows every policy's remaining
 /// budget, which is not for every client of the gateway.
@@ -78,6 +85,8 @@ pub struct AppState {
     /// One permit per chat request in the gateway.
     pub in_flight: Arc<tokio::sync::Semaphore>,
     pub metrics_token: Option<AdminToken>,
+    /// Largest chat request body read.
+    pub body_limit: usize,
 }
 
 pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
@@ -91,6 +100,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         reloader: opts.reloader,
         in_flight: Arc::new(tokio::sync::Semaphore::new(opts.max_in_flight)),
         metrics_token,
+        body_limit: opts.body_limit,
     };
     let r = Router::new()
         .route("/v1/chat/completions", post(chat))
@@ -123,6 +133,7 @@ pub fn metrics_router(engine: Arc<Engine>, token: Option<AdminToken>) -> Router 
         // No chat route here: nothing takes a permit.
         in_flight: Arc::new(tokio::sync::Semaphore::new(0)),
         metrics_token: token,
+        body_limit: 0,
     };
     Router::new()
         .route("/metrics", get(metrics))
@@ -243,10 +254,14 @@ async fn model(
 
 async fn chat(State(state): State<AppState>, req: Request) -> Response {
     let AppState {
-        engine, in_flight, ..
+        engine,
+        in_flight,
+        body_limit,
+        ..
     } = state;
     // The key is checked from the headers before a byte of the body is read: a
-    // stranger's 10 MiB costs the gateway nothing but its headers.
+    // stranger's 10 MiB costs the gateway nothing but its headers (and, so that the
+    // stranger can read its 401, a bounded drain).
     let key = bearer(req.headers()).map(str::to_string);
     let Some(who) = key
         .as_deref()
@@ -256,6 +271,7 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
         engine.metrics.request("-", "unauthorized");
         engine.metrics.refusal("unauthorized");
         tracing::info!(code = "unauthorized", "not served");
+        linger(req.into_body().into_data_stream());
         return error_response(None, &GatewayError::Unauthorized);
     };
     // Taken before the body is read, so bodies in memory are bounded by the limit too.
@@ -263,11 +279,13 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
         engine.metrics.request(who.policy.as_str(), "overloaded");
         engine.metrics.refusal("overloaded");
         tracing::info!(policy = %who.policy, client = %who.client, code = "overloaded", "not served: at --max-in-flight");
+        linger(req.into_body().into_data_stream());
         return overloaded();
     };
-    let body = match Bytes::from_request(req, &()).await {
+    let body = match read_body(req, body_limit).await {
         Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        Err(BodyRefusal::TooLarge(rest)) => {
+            linger(rest);
             return envelope(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
@@ -279,7 +297,12 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
                 None,
             );
         }
-        Err(e) => return error_response(None, &GatewayError::invalid(e.body_text(), None)),
+        Err(BodyRefusal::Unreadable(e)) => {
+            return error_response(
+                None,
+                &GatewayError::invalid(format!("the request body could not be read: {e}"), None),
+            );
+        }
     };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -300,6 +323,56 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
             request_id, error, ..
         }) => error_response(request_id.as_deref(), &error),
     }
+}
+
+/// Why a chat body was not read whole.
+enum BodyRefusal {
+    /// Over the limit: the unread rest, to drain.
+    TooLarge(axum::body::BodyDataStream),
+    Unreadable(axum::Error),
+}
+
+/// The whole body, or a refusal once it passes `limit` bytes (a `Content-Length` over
+/// it is refused before any byte is read).
+async fn read_body(req: Request, limit: usize) -> Result<Vec<u8>, BodyRefusal> {
+    use futures_util::StreamExt;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut stream = req.into_body().into_data_stream();
+    if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return Err(BodyRefusal::TooLarge(stream));
+    }
+    let mut body =
+        Vec::with_capacity(declared.map_or(0, |n| usize::try_from(n).unwrap_or(limit).min(limit)));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyRefusal::Unreadable)?;
+        if body.len() + chunk.len() > limit {
+            return Err(BodyRefusal::TooLarge(stream));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Read and drop what is left of a refused request's body, within `LINGER_BYTES` and
+/// `LINGER_TIME`, while its answer is written (see `LINGER_BYTES`).
+fn linger(mut rest: axum::body::BodyDataStream) {
+    use futures_util::StreamExt;
+    tokio::spawn(async move {
+        let mut read = 0usize;
+        let drain = async {
+            while let Some(Ok(chunk)) = rest.next().await {
+                read += chunk.len();
+                if read > LINGER_BYTES {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIME, drain).await;
+    });
 }
 
 /// 503 for a request beyond `max_in_flight`: nothing was read, recorded or called.
@@ -396,7 +469,15 @@ fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> 
                 C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
                 C::Auth => StatusCode::UNAUTHORIZED,
                 C::ModelNotFound => StatusCode::NOT_FOUND,
-                _ => StatusCode::BAD_REQUEST,
+                C::ContextLength | C::ContentRefusal | C::Malformed => StatusCode::BAD_REQUEST,
+                // Not reached: the arm above takes only the classes listed there.
+                C::Timeout
+                | C::Overloaded
+                | C::CircuitOpen
+                | C::Connect
+                | C::Dropped
+                | C::ServerError
+                | C::Unclassified => StatusCode::BAD_GATEWAY,
             }),
         C::Timeout => StatusCode::GATEWAY_TIMEOUT,
         C::Overloaded | C::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
@@ -421,7 +502,13 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         GatewayError::Upstream {
             provider, attempts, ..
         } => (Some(provider.as_str()), attempts.as_slice()),
-        _ => (None, &[][..]),
+        GatewayError::Unauthorized
+        | GatewayError::InvalidRequest { .. }
+        | GatewayError::ModelNotAllowed { .. }
+        | GatewayError::NoDestination { .. }
+        | GatewayError::CeilingExceeded(_)
+        | GatewayError::BudgetExhausted(_)
+        | GatewayError::LedgerUnavailable(_) => (None, &[][..]),
     };
     let mut r = envelope(
         status_of(e),

@@ -177,12 +177,20 @@ impl Ledger {
     }
 
     /// Raise what the request holds in each of its budget windows by `extra`, before
-    /// a failover's call; refused, with nothing changed, when any window would pass its
-    /// limit.
-    pub async fn top_up(&self, request_id: &str, extra: Money) -> Result<(), LedgerError> {
+    /// a failover's call; refused, with nothing changed, when any window would pass
+    /// its limit in `limits` (the running plan's budgets for the request's policy).
+    /// Refused with `NotInFlight` when the request is no longer in flight (another
+    /// replica recovered it): no further call may be made for it.
+    pub async fn top_up(
+        &self,
+        request_id: &str,
+        extra: Money,
+        limits: Vec<BudgetLimit>,
+    ) -> Result<(), LedgerError> {
         self.call(Op::TopUp {
             request_id: request_id.to_string(),
             extra,
+            limits,
         })
         .await
     }

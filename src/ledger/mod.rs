@@ -83,6 +83,111 @@ pub enum LedgerError {
     ReplicaInUse(String),
     #[error("{0}")]
     Unsupported(String),
+    /// A failover top-up found its request no longer in flight: another replica
+    /// recovered it (this one was stalled past its lease) or it was given up. Nothing
+    /// more may be reserved or called for it.
+    #[error(
+        "request `{0}` is no longer in flight in the ledger (recovered or given up while this attempt ran); no further call is made for it"
+    )]
+    NotInFlight(String),
+    /// This replica has not renewed its lease within the lease's length: another may
+    /// be recovering its rows, so it admits nothing and calls no alternate until it
+    /// renews it.
+    #[error(
+        "this replica has not renewed its PostgreSQL lease for {0} ms; it admits nothing until it does"
+    )]
+    LeaseLost(u64),
+}
+
+impl LedgerError {
+    /// Whether the same operation may succeed if tried again later: the database could
+    /// not be reached, was busy, or could not write for now (disk full, I/O). Every
+    /// retry in purser asks this, whichever engine answered; refusals of the operation
+    /// itself (a budget, an unknown id, a corrupt value) are final.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LedgerError::Sqlite(e) => sqlite_transient(e),
+            LedgerError::Postgres(e) => postgres_transient(e),
+            LedgerError::RolledBack | LedgerError::Unavailable(_) | LedgerError::LeaseLost(_) => {
+                true
+            }
+            LedgerError::TooNew { .. }
+            | LedgerError::Migration { .. }
+            | LedgerError::WriterGone
+            | LedgerError::BudgetExhausted { .. }
+            | LedgerError::UnknownRequest(_)
+            | LedgerError::NotSettleable { .. }
+            | LedgerError::Corrupt(_)
+            | LedgerError::PgMigration { .. }
+            | LedgerError::ReplicaInUse(_)
+            | LedgerError::Unsupported(_)
+            | LedgerError::NotInFlight(_) => false,
+        }
+    }
+}
+
+impl LedgerError {
+    /// Whether the error refuses this one operation and leaves the transaction it ran
+    /// in sound: nothing was written for it, or only the record of its refusal (the
+    /// refused request row). The rest of its group commits; any other error spoils the
+    /// group, which is then redone one operation at a time.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            LedgerError::BudgetExhausted { .. } | LedgerError::NotInFlight(_) => true,
+            LedgerError::Sqlite(_)
+            | LedgerError::TooNew { .. }
+            | LedgerError::Migration { .. }
+            | LedgerError::RolledBack
+            | LedgerError::WriterGone
+            | LedgerError::UnknownRequest(_)
+            | LedgerError::NotSettleable { .. }
+            | LedgerError::Corrupt(_)
+            | LedgerError::Postgres(_)
+            | LedgerError::PgMigration { .. }
+            | LedgerError::Unavailable(_)
+            | LedgerError::ReplicaInUse(_)
+            | LedgerError::Unsupported(_)
+            | LedgerError::LeaseLost(_) => false,
+        }
+    }
+}
+
+/// SQLite errors of the environment (locks, disk, I/O, memory), not of the statement.
+fn sqlite_transient(e: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode as C;
+    let Some(code) = e.sqlite_error_code() else {
+        return false;
+    };
+    // `ErrorCode` is rusqlite's, non-exhaustive: a code it adds later is not assumed to
+    // pass by itself.
+    matches!(
+        code,
+        C::DatabaseBusy
+            | C::DatabaseLocked
+            | C::DiskFull
+            | C::SystemIoFailure
+            | C::CannotOpen
+            | C::OutOfMemory
+            | C::ReadOnly
+            | C::PermissionDenied
+            | C::FileLockingProtocolFailed
+            | C::OperationInterrupted
+    )
+}
+
+/// PostgreSQL errors that say the server could not be reached or could not serve the
+/// statement for now: no SQLSTATE (the connection failed), connection exceptions
+/// (08), insufficient resources (53), operator intervention such as a restart (57P),
+/// and transaction rollbacks a retry resolves (40: serialization, deadlock).
+fn postgres_transient(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    let Some(code) = e.code() else {
+        return true;
+    };
+    let c = code.code();
+    c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") || c.starts_with("40")
 }
 
 /// Durability of each group commit (SQLite `synchronous`, in WAL mode).

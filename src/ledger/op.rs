@@ -27,6 +27,10 @@ pub enum Op {
     TopUp {
         request_id: String,
         extra: Money,
+        /// The budgets of the request's policy in the plan running now: a reload since
+        /// its admission may have lowered (or removed) one, and the stored limit is
+        /// only what the last admission saw.
+        limits: Vec<BudgetLimit>,
     },
     Interrupt {
         request_id: String,

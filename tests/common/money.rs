@@ -247,3 +247,85 @@ fn check(s: &Snapshot, engine: Engine, vendors: &Vendors, providers: &[&str]) {
         );
     }
 }
+
+/// The money invariants read through the `Ledger` interface, so they hold on either
+/// engine: nothing in flight or reserved once quiet, each window's `spent` at least
+/// what the requests received in it were charged (more only where a window was
+/// created while a request of its period was in flight, and counted what that request
+/// held), and every call a mock vendor received is one attempt row naming it.
+pub async fn assert_ledger_invariants(
+    ledger: &purser::ledger::Ledger,
+    vendors: &Vendors,
+    providers: &[&str],
+) {
+    use purser::ledger::audit::Filter;
+    let page = ledger
+        .requests(Filter::default(), 10_000, None)
+        .await
+        .unwrap();
+    assert!(page.next_cursor.is_none(), "more requests than one page");
+    let mut charged: Vec<(String, String, Decimal)> = Vec::new();
+    for r in &page.requests {
+        assert_ne!(r.outcome, "in_flight", "request {} is left in flight", r.id);
+        let mut c = Decimal::ZERO;
+        for a in &r.attempts {
+            assert_ne!(
+                a.state, "in_flight",
+                "attempt {}#{} is left in flight",
+                r.id, a.seq
+            );
+            c += match a.billing.as_str() {
+                "billed" => dec(&a.cost),
+                "maybe_billed" => dec(&a.worst_case),
+                _ => Decimal::ZERO,
+            };
+        }
+        charged.push((r.policy.clone(), r.received_at.clone(), c));
+    }
+    for w in ledger.stored_budgets().await.unwrap() {
+        assert_eq!(
+            w.reserved.decimal(),
+            Decimal::ZERO,
+            "{} {} {}: reserved {} after quiescence",
+            w.policy,
+            w.period,
+            w.window_start,
+            w.reserved
+        );
+        let prefix = match w.period.as_str() {
+            "day" => &w.window_start[..10],
+            _ => &w.window_start[..7],
+        };
+        let sum: Decimal = charged
+            .iter()
+            .filter(|(p, received, _)| *p == w.policy && received.starts_with(prefix))
+            .map(|(_, _, c)| *c)
+            .sum();
+        assert!(
+            w.spent.decimal() >= sum,
+            "{} {} {}: the attempts charge {sum} but the window says spent {}",
+            w.policy,
+            w.period,
+            w.window_start,
+            w.spent
+        );
+    }
+    for p in providers {
+        for call in vendors.sent(p) {
+            let (id, seq) = call
+                .attempt
+                .rsplit_once('/')
+                .unwrap_or_else(|| panic!("call without x-purser-attempt: {:?}", call.attempt));
+            let row = ledger.request(id).await.unwrap().unwrap_or_else(|| {
+                panic!("provider {p}: call {} has no request row", call.attempt)
+            });
+            assert!(
+                row.attempts
+                    .iter()
+                    .any(|a| a.seq.to_string() == seq && a.provider == *p),
+                "provider {p}: call {} has no attempt row naming it",
+                call.attempt
+            );
+        }
+    }
+}

@@ -7,7 +7,7 @@ use rust_decimal::Decimal;
 use time::OffsetDateTime;
 
 use super::sql;
-use crate::ledger::{LedgerError, Op};
+use crate::ledger::{BudgetLimit, LedgerError, Op};
 use crate::money::Money;
 
 fn dec(m: Money) -> Decimal {
@@ -18,13 +18,23 @@ fn dec(m: Money) -> Decimal {
 pub async fn apply(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, LedgerError> {
     match op {
         Op::Settle { request_id, cost } => settle(client, request_id, *cost).await,
-        Op::TopUp { request_id, extra } => top_up(client, request_id, *extra).await,
+        Op::TopUp {
+            request_id,
+            extra,
+            limits,
+        } => top_up(client, request_id, *extra, limits).await,
         Op::Interrupt { request_id, reason } => {
             let st = client.prepare_cached(sql::INTERRUPT_ONE).await?;
             client.query_one(&st, &[request_id, reason]).await?;
             Ok(Ok(()))
         }
-        _ => Ok(Err(LedgerError::Corrupt(
+        Op::Admit { .. }
+        | Op::Refusal { .. }
+        | Op::BeginAttempt(_)
+        | Op::FinishAttempt(_)
+        | Op::FinishRequest(_)
+        | Op::Finish(..)
+        | Op::Probe => Ok(Err(LedgerError::Corrupt(
             "an operation without a later step".into(),
         ))),
     }
@@ -90,16 +100,21 @@ async fn settle(
             )
             .await?;
     }
-    let total: Decimal = client
+    // Billed costs, and what the budgets are charged: those plus the worst case of
+    // every other attempt still `maybe_billed` (as on SQLite).
+    let row = client
         .query_one(
-            "SELECT COALESCE(sum(cost), 0) FROM attempts WHERE request_id = $1",
+            "SELECT COALESCE(sum(CASE billing WHEN 'billed' THEN cost ELSE 0 END), 0),
+                    COALESCE(sum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE 0 END), 0)
+             FROM attempts WHERE request_id = $1",
             &[&request_id],
         )
-        .await?
-        .try_get(0)?;
+        .await?;
+    let total: Decimal = row.try_get(0)?;
+    let charged: Decimal = row.try_get(1)?;
     let st = client.prepare_cached(sql::SETTLE_REQUEST).await?;
     client
-        .query_one(&st, &[&request_id, &Money::new(total).decimal()])
+        .query_one(&st, &[&request_id, &total, &charged])
         .await?;
     Ok(Ok(()))
 }
@@ -120,22 +135,38 @@ pub async fn interrupt(
 }
 
 /// Raise an in-flight request's reservation by `extra` in every window it holds, all
-/// or none (`sql::TOP_UP`). `Ok(Err(BudgetExhausted))`: a window had no room; nothing
-/// changed. A request that holds nothing, or is no longer in flight, has nothing to
-/// raise (as on SQLite).
+/// or none, against the running plan's `limits` (`sql::TOP_UP`).
+/// `Ok(Err(BudgetExhausted))`: a window had no room; nothing changed.
+/// `Ok(Err(NotInFlight))`: the request is no longer in flight (another replica
+/// recovered it while this one was stalled), so no further call may be made for it.
+/// A request in flight that holds nothing has nothing to raise (as on SQLite).
 async fn top_up(
     client: &Client,
     request_id: &str,
     extra: Money,
+    limits: &[BudgetLimit],
 ) -> Result<Result<(), LedgerError>, LedgerError> {
     if !extra.is_positive() {
-        return Ok(Ok(()));
+        let st = client.prepare_cached(sql::OUTCOME).await?;
+        return Ok(match client.query_opt(&st, &[&request_id]).await? {
+            None => Err(LedgerError::UnknownRequest(request_id.to_string())),
+            Some(r) if r.try_get::<_, bool>(0)? => Ok(()),
+            Some(_) => Err(LedgerError::NotInFlight(request_id.to_string())),
+        });
     }
+    let periods: Vec<&str> = limits.iter().map(|b| b.period.as_str()).collect();
+    let amounts: Vec<Decimal> = limits.iter().map(|b| b.limit.decimal()).collect();
     let st = client.prepare_cached(sql::TOP_UP).await?;
-    let row = client.query_one(&st, &[&request_id, &dec(extra)]).await?;
+    let row = client
+        .query_one(&st, &[&request_id, &dec(extra), &periods, &amounts])
+        .await?;
     let found: bool = row.try_get(0)?;
     if !found {
-        return Ok(Ok(()));
+        let st = client.prepare_cached(sql::OUTCOME).await?;
+        return Ok(Err(match client.query_opt(&st, &[&request_id]).await? {
+            None => LedgerError::UnknownRequest(request_id.to_string()),
+            Some(_) => LedgerError::NotInFlight(request_id.to_string()),
+        }));
     }
     let policy: String = row.try_get(1)?;
     let windows: i64 = row.try_get(2)?;
@@ -154,7 +185,7 @@ async fn top_up(
     // The window that had no room: one the top-up did not take.
     let row = client
         .query_one(
-            "SELECT w.period, w.limit_amount, w.spent, w.reserved
+            "SELECT w.period, w.spent, w.reserved
              FROM requests q, unnest(q.reserved_periods) AS x (period), budget_windows w
              WHERE q.id = $1 AND w.policy = q.policy AND w.period = x.period
                AND w.window_start = date_trunc(x.period, q.received_at, 'UTC')
@@ -164,12 +195,17 @@ async fn top_up(
         )
         .await?;
     let period: String = row.try_get(0)?;
-    let limit = Money::new(row.try_get(1)?);
-    let spent = Money::new(row.try_get(2)?);
-    let reserved = Money::new(row.try_get(3)?);
+    let Some(culprit) = limits.iter().find(|b| b.period.as_str() == period) else {
+        return Err(LedgerError::Corrupt(format!(
+            "a top-up refused by period `{period}`, which the plan does not limit"
+        )));
+    };
+    let limit = culprit.limit;
+    let spent = Money::new(row.try_get(1)?);
+    let reserved = Money::new(row.try_get(2)?);
     Ok(Err(LedgerError::BudgetExhausted {
         policy,
-        period: if period == "month" { "month" } else { "day" },
+        period: culprit.period.as_str(),
         limit,
         spent,
         reserved,

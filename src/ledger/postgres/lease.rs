@@ -5,7 +5,8 @@
 //! `interrupted` / `maybe_billed` at their worst case, and what the requests held
 //! moves from `reserved` to `spent` until an operator settles them.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Client, Pool};
 
@@ -16,13 +17,60 @@ const RECOVERED_HERE: &str =
     "this replica stopped while this attempt was in flight; the upstream may have billed it";
 const RECOVERED_ELSEWHERE: &str = "its replica stopped renewing its lease while this attempt was in flight; recovered by another replica; the upstream may have billed it";
 
+/// Until when this process holds its lease, as far as it can know: the instant its
+/// last successful renewal was *sent*, plus the lease's length (the database may have
+/// renewed it later than that, never earlier). Past it another replica may be
+/// recovering this one's rows, so it admits nothing and tops nothing up.
+pub struct Held {
+    epoch: Instant,
+    lease: Duration,
+    /// Milliseconds after `epoch`; 0 until the lease is first taken.
+    until_ms: AtomicU64,
+}
+
+impl Held {
+    pub fn new(lease: Duration) -> Held {
+        Held {
+            epoch: Instant::now(),
+            lease,
+            until_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn renewed(&self, sent: Instant) {
+        let until = sent.saturating_duration_since(self.epoch) + self.lease;
+        let ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX);
+        self.until_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// `Err(LeaseLost)` once the lease may have run out.
+    pub fn check(&self) -> Result<(), LedgerError> {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let until = self.until_ms.load(Ordering::SeqCst);
+        if now < until {
+            Ok(())
+        } else {
+            let lease = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+            // Since the last renewal that counted was sent.
+            Err(LedgerError::LeaseLost(
+                now.saturating_sub(until.saturating_sub(lease)),
+            ))
+        }
+    }
+}
+
 fn lease_ms(r: &Replica) -> i64 {
     i64::try_from(r.lease.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Take the replica id (waiting out a previous process's lease, which a crash leaves
 /// behind) and recover that process's rows.
-pub async fn start(pool: &Pool, r: &Replica, instance: &str) -> Result<Recovered, LedgerError> {
+pub async fn start(
+    pool: &Pool,
+    r: &Replica,
+    instance: &str,
+    held: &Held,
+) -> Result<Recovered, LedgerError> {
     let c = client(pool).await?;
     let claim = c.prepare_cached(sql::CLAIM).await?;
     // Waiting one lease and a bit is enough for a dead process's lease to run out; a
@@ -30,10 +78,12 @@ pub async fn start(pool: &Pool, r: &Replica, instance: &str) -> Result<Recovered
     let deadline = tokio::time::Instant::now() + r.lease + r.lease / 2 + Duration::from_millis(200);
     let mut warned = false;
     loop {
+        let sent = Instant::now();
         if c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)])
             .await?
             .is_some()
         {
+            held.renewed(sent);
             break;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -93,30 +143,62 @@ async fn recover(
     }
 }
 
-/// Renew the lease, and recover replicas whose lease has expired, until aborted.
-pub async fn keep(pool: Pool, r: Replica, instance: std::sync::Arc<str>) {
+/// Renew the lease, and recover replicas whose lease has expired, until aborted. `pool`
+/// is the lease's own (one connection): a renewal must never wait behind reads such as
+/// a long CSV export, or the lease lapses under a healthy database.
+pub async fn keep(
+    pool: Pool,
+    r: Replica,
+    instance: std::sync::Arc<str>,
+    held: std::sync::Arc<Held>,
+) {
     let every = (r.lease / 3).max(Duration::from_millis(10));
     loop {
         tokio::time::sleep(every).await;
-        if let Err(e) = tick(&pool, &r, &instance).await {
-            // The next tick tries again; the writer reports the ledger unavailable
-            // meanwhile if PostgreSQL is really gone.
-            tracing::warn!(error = %e, replica = %r.id, "cannot renew the replica lease");
+        // A renewal that hangs (a database cut without a reset) must not hold up the
+        // next: the lease lapses locally meanwhile, and admission stops.
+        match tokio::time::timeout(every, renew(&pool, &r, &instance, &held)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, replica = %r.id, "cannot renew the replica lease; admitting nothing until it is renewed");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(replica = %r.id, "the replica lease renewal did not answer in time; admitting nothing until it is renewed");
+                continue;
+            }
+        }
+        if let Err(e) = recover_dead(&pool, &r).await {
+            tracing::warn!(error = %e, replica = %r.id, "cannot recover replicas whose lease expired");
         }
     }
 }
 
-async fn tick(pool: &Pool, r: &Replica, instance: &str) -> Result<(), LedgerError> {
+async fn renew(pool: &Pool, r: &Replica, instance: &str, held: &Held) -> Result<(), LedgerError> {
     let c = client(pool).await?;
     let renew = c.prepare_cached(sql::RENEW).await?;
-    if c.execute(&renew, &[&r.id, &instance, &lease_ms(r)]).await? == 0 {
-        // This process was stalled past its lease and another replica recovered its
-        // rows. Its later results still land (see `sql::FINISH_REQUEST`); take the id back.
-        tracing::error!(replica = %r.id, "this replica's lease expired while it ran; another replica recovered its rows in flight");
-        let claim = c.prepare_cached(sql::CLAIM).await?;
-        c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)])
-            .await?;
+    let sent = Instant::now();
+    if c.execute(&renew, &[&r.id, &instance, &lease_ms(r)]).await? == 1 {
+        held.renewed(sent);
+        return Ok(());
     }
+    // This process was stalled past its lease and another replica recovered its
+    // rows. Its later results still land (see `sql::FINISH_ATTEMPTS`); a top-up for
+    // a recovered request is refused (`NotInFlight`). Take the id back.
+    tracing::error!(replica = %r.id, "this replica's lease expired while it ran; another replica recovered its rows in flight");
+    let claim = c.prepare_cached(sql::CLAIM).await?;
+    let sent = Instant::now();
+    if c.query_opt(&claim, &[&r.id, &instance, &lease_ms(r)])
+        .await?
+        .is_some()
+    {
+        held.renewed(sent);
+    }
+    Ok(())
+}
+
+async fn recover_dead(pool: &Pool, r: &Replica) -> Result<(), LedgerError> {
+    let c = client(pool).await?;
     let expired = c.prepare_cached(sql::EXPIRED).await?;
     let dead: Vec<String> = c
         .query(&expired, &[&r.id])

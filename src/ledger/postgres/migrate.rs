@@ -7,11 +7,18 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 1] = [(
-    1,
-    "0001_init",
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)];
+pub const MIGRATIONS: [(u32, &str, &str); 2] = [
+    (
+        1,
+        "0001_init",
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "0002_window_seed",
+        include_str!("../../../migrations/postgres/0002_window_seed.sql"),
+    ),
+];
 
 /// The advisory lock that serializes migrations, one per schema (so ledgers in two
 /// schemas of one database do not wait on each other).

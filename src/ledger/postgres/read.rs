@@ -374,7 +374,17 @@ pub async fn current_budgets(
             .await?
         {
             Some(r) => (Money::new(r.try_get(0)?), Money::new(r.try_get(1)?)),
-            None => (Money::ZERO, Money::ZERO),
+            // Not created yet: it will start from what the ledger already charges.
+            None => {
+                let seed: Decimal = c
+                    .query_one(
+                        "SELECT purser_charged($1, $2, $3)",
+                        &[policy, &b.period.as_str(), &start],
+                    )
+                    .await?
+                    .try_get(0)?;
+                (Money::new(seed), Money::ZERO)
+            }
         };
         out.push(BudgetState {
             policy: policy.clone(),

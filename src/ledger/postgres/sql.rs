@@ -131,7 +131,8 @@ WITH u AS (
 SELECT n FROM r";
 
 /// Operator settlement, last step: the request's cost becomes `$2` (the exact billed
-/// total) and what it holds settles to it. $1 id, $2 total.
+/// total) and what it holds settles to `$3` (that total plus the worst case of every
+/// other attempt still `maybe_billed`). $1 id, $2 total, $3 charged.
 pub const SETTLE_REQUEST: &str = "
 WITH o AS (
     SELECT id, policy, received_at, outcome, reserved_periods, COALESCE(reserved_amount, worst_case) AS held
@@ -143,7 +144,7 @@ WITH o AS (
 ), w AS (
     UPDATE budget_windows b SET
         reserved = CASE WHEN r.was = 'interrupted' THEN b.reserved ELSE GREATEST(b.reserved - r.held, 0) END,
-        spent = CASE WHEN r.was = 'interrupted' THEN GREATEST(b.spent - r.held, 0) ELSE b.spent END + $2::numeric
+        spent = CASE WHEN r.was = 'interrupted' THEN GREATEST(b.spent - r.held, 0) ELSE b.spent END + $3::numeric
     FROM r
     WHERE b.policy = r.policy AND b.period = ANY (r.periods)
       AND b.window_start = date_trunc(b.period, r.received_at, 'UTC')
@@ -151,22 +152,25 @@ WITH o AS (
 SELECT count(*) FROM r";
 
 /// Raise an in-flight request's reservation by `$2` in every window it holds, only
-/// where the stored limit still allows it; the request's `reserved_amount` grows only
-/// when every window took it. Answers whether the request was found in flight, how
-/// many windows it holds and which took the top-up (the caller takes a partial one
-/// back with `UNRESERVE`).
+/// where the running plan's limit for that period (`$3` periods, `$4` limits; a
+/// period absent there is not limited) still allows it; the request's
+/// `reserved_amount` grows only when every window took it. Answers whether the request
+/// was found in flight, how many windows it holds and which took the top-up (the
+/// caller takes a partial one back with `UNRESERVE`).
 pub const TOP_UP: &str = "
 WITH o AS (
     SELECT id, policy, received_at, reserved_periods FROM requests
     WHERE id = $1 AND outcome = 'in_flight' FOR UPDATE
 ), p AS (
-    SELECT o.policy, x.period, date_trunc(x.period, o.received_at, 'UTC') AS start
-    FROM o, unnest(o.reserved_periods) AS x (period)
+    SELECT o.policy, x.period, date_trunc(x.period, o.received_at, 'UTC') AS start, l.lim
+    FROM o CROSS JOIN unnest(o.reserved_periods) AS x (period)
+    LEFT JOIN unnest($3::text[], $4::numeric[]) AS l (period, lim) ON l.period = x.period
 ), w AS (
-    UPDATE budget_windows b SET reserved = b.reserved + $2::numeric
+    UPDATE budget_windows b SET reserved = b.reserved + $2::numeric,
+        limit_amount = COALESCE(p.lim, b.limit_amount)
     FROM p
     WHERE b.policy = p.policy AND b.period = p.period AND b.window_start = p.start
-      AND b.spent + b.reserved + $2::numeric <= b.limit_amount
+      AND (p.lim IS NULL OR b.spent + b.reserved + $2::numeric <= p.lim)
     RETURNING b.period, b.window_start
 ), r AS (
     UPDATE requests q SET reserved_amount = COALESCE(q.reserved_amount, q.worst_case) + $2::numeric
@@ -175,6 +179,9 @@ WITH o AS (
 )
 SELECT EXISTS (SELECT 1 FROM o), (SELECT policy FROM o), (SELECT count(*) FROM p),
        ARRAY(SELECT period FROM w), ARRAY(SELECT window_start FROM w), (SELECT count(*) FROM r)";
+
+/// Whether request `$1` exists, and is in flight.
+pub const OUTCOME: &str = "SELECT outcome = 'in_flight' FROM requests WHERE id = $1";
 
 /// The in-flight attempts of the given requests become `interrupted` / `maybe_billed`,
 /// charged at their worst case. $1 request ids, $2 reason.
@@ -226,6 +233,34 @@ WITH o AS (
     FROM o, c, unnest(o.reserved_periods) AS x (period)
     WHERE b.policy = o.policy AND b.period = x.period
       AND b.window_start = date_trunc(x.period, o.received_at, 'UTC')
+)
+SELECT count(*) FROM r";
+
+/// Admissions whose commit this replica could not confirm (the connection failed as
+/// the database answered): the gateway was told the ledger is unavailable and made no
+/// call, so any of them that did commit is ended `failed` / `ledger_unavailable`, its
+/// attempt `not_billed`, and what it holds given back. Requests not found, or no
+/// longer in flight, are left alone, so applying it twice changes nothing.
+/// $1 request ids, $2 reason, $3 replica. Answers how many it ended.
+pub const ABANDON: &str = "
+WITH o AS (
+    SELECT id, policy, received_at, reserved_periods, COALESCE(reserved_amount, worst_case) AS held
+    FROM requests WHERE id = ANY ($1) AND outcome = 'in_flight' AND replica = $3 FOR UPDATE
+), a AS (
+    UPDATE attempts SET state = 'done', finished_at = now(), billing = 'not_billed', cost = 0,
+        decision = 'stop', reason = $2
+    WHERE request_id IN (SELECT id FROM o) AND state = 'in_flight'
+), r AS (
+    UPDATE requests q SET outcome = 'failed', error_code = 'ledger_unavailable', cost = 0,
+        reserved_periods = NULL
+    FROM o WHERE q.id = o.id RETURNING q.id
+), s AS (
+    SELECT o.policy, x.period, date_trunc(x.period, o.received_at, 'UTC') AS start, sum(o.held) AS held
+    FROM o, unnest(o.reserved_periods) AS x (period)
+    GROUP BY 1, 2, 3
+), w AS (
+    UPDATE budget_windows b SET reserved = GREATEST(b.reserved - s.held, 0)
+    FROM s WHERE b.policy = s.policy AND b.period = s.period AND b.window_start = s.start
 )
 SELECT count(*) FROM r";
 

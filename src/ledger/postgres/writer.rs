@@ -61,10 +61,38 @@ pub fn spawn(shared: Arc<Shared>) -> Result<mpsc::UnboundedSender<Envelope>, Led
     Ok(tx)
 }
 
+/// How often admissions whose commit could not be confirmed are looked for again
+/// while the writer has nothing else to do.
+const RECONCILE_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Most doubtful admissions kept through a long outage; past it the rest are left to
+/// this replica's recovery at its next start (or another's, should it die).
+const DOUBTFUL_MAX: usize = 100_000;
+
+const ABANDONED: &str = "the database connection failed as the admission's commit was answered, so the gateway made no call; the admission had committed, and is ended here once the database answers again";
+
 async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
     let mut group = Vec::new();
     let mut last = 0;
-    while let Some(first) = rx.recv().await {
+    // Admissions that failed with a transient error: their `COMMIT` may have been
+    // applied with its answer lost, leaving a reservation nobody will settle (the
+    // caller made no call). Ended by `reconcile` once the database answers.
+    let mut doubtful: Vec<String> = Vec::new();
+    loop {
+        let next = if doubtful.is_empty() {
+            rx.recv().await
+        } else {
+            tokio::select! {
+                env = rx.recv() => env,
+                () = tokio::time::sleep(RECONCILE_EVERY) => {
+                    reconcile(&shared, &mut doubtful).await;
+                    continue;
+                }
+            }
+        };
+        let Some(first) = next else {
+            break;
+        };
         if last >= GATHER_AFTER {
             // Under load the callers just answered are about to send their next
             // operations from the other threads; a moment's wait lets them join this
@@ -82,8 +110,21 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
         let results = apply_group(&shared, &group).await;
         // A refusal of the operation itself (a budget, an unknown id) says the
         // database answered; only a failure of every operation to reach it does not.
-        let reached = results.iter().any(|r| !r.as_ref().is_err_and(unreachable));
+        let reached = results
+            .iter()
+            .any(|r| !r.as_ref().is_err_and(LedgerError::is_transient));
         shared.writable.store(reached, Ordering::Relaxed);
+        for (env, res) in group.iter().zip(&results) {
+            if let (Op::Admit { req, .. }, Err(e)) = (&env.op, res)
+                && e.is_transient()
+                && doubtful.len() < DOUBTFUL_MAX
+            {
+                doubtful.push(req.id.clone());
+            }
+        }
+        if reached && !doubtful.is_empty() {
+            reconcile(&shared, &mut doubtful).await;
+        }
         last = group.len();
         for (env, res) in group.drain(..).zip(results) {
             let _ = env.reply.send(res);
@@ -91,13 +132,38 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Envelope>) {
     }
 }
 
-/// Whether an error says the database could not be reached or could not commit, as
-/// opposed to refusing one operation.
-pub fn unreachable(e: &LedgerError) -> bool {
-    match e {
-        LedgerError::Postgres(e) => e.code().is_none() || e.is_closed(),
-        LedgerError::Unavailable(_) => true,
-        _ => false,
+/// End the doubtful admissions that did commit (`sql::ABANDON`); kept for later when
+/// the database cannot be reached.
+async fn reconcile(shared: &Shared, doubtful: &mut Vec<String>) {
+    let client = match shared.writes.get().await {
+        Ok(c) => c,
+        Err(_) => return,
+    };
+    let done = async {
+        client.batch_execute(sql::BEGIN_WRITE).await?;
+        let st = client.prepare_cached(sql::ABANDON).await?;
+        let ended: i64 = client
+            .query_one(&st, &[&*doubtful, &ABANDONED, &&*shared.replica])
+            .await?
+            .try_get(0)?;
+        client.batch_execute("COMMIT").await?;
+        Ok::<_, tokio_postgres::Error>(ended)
+    }
+    .await;
+    match done {
+        Ok(ended) => {
+            if ended > 0 {
+                tracing::warn!(
+                    requests = ended,
+                    "admissions whose commit was not confirmed had committed; ended as failed / ledger_unavailable, their reservations given back (no call was made)"
+                );
+            }
+            doubtful.clear();
+        }
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            tracing::warn!(error = %e, "cannot yet end admissions whose commit was not confirmed; retrying");
+        }
     }
 }
 
@@ -114,8 +180,11 @@ async fn apply_group(shared: &Shared, group: &[Envelope]) -> Vec<Result<(), Ledg
     };
     match try_group(&client, &shared.replica, group).await {
         Ok(results) => results,
-        Err(e) if unreachable(&e) => group.iter().map(|_| Err(clone_err(&e))).collect(),
-        Err(_) => {
+        // The database could not be reached (or could not commit): every caller is
+        // told so. Otherwise one operation failed: each is tried alone.
+        Err(e) if e.is_transient() => group.iter().map(|_| Err(clone_err(&e))).collect(),
+        Err(spoiled) => {
+            tracing::debug!(error = %spoiled, "a group failed; its operations are applied one at a time");
             let mut results = Vec::with_capacity(group.len());
             for env in group {
                 let one = std::slice::from_ref(env);

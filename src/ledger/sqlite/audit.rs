@@ -276,7 +276,18 @@ pub fn current_budgets(
         };
         let (spent, reserved) = match stored {
             Some((s, r)) => (parse_money(&s)?, parse_money(&r)?),
-            None => (Money::ZERO, Money::ZERO),
+            // Not created yet: it will start from what the ledger already charges.
+            None => (
+                super::books::charged_in_window(
+                    conn,
+                    &super::books::WindowKey {
+                        policy: policy.clone(),
+                        period: b.period,
+                        start: start.clone(),
+                    },
+                )?,
+                Money::ZERO,
+            ),
         };
         out.push(BudgetState {
             policy: policy.clone(),

@@ -85,9 +85,12 @@ impl Books {
                     reserved: money_col(reserved)?,
                     dirty: false,
                 },
+                // A window seen for the first time starts from what the ledger already
+                // charges the policy in that period (a budget added mid-period counts
+                // the period), in the transaction that creates it.
                 None => Window {
                     limit: None,
-                    spent: Money::ZERO,
+                    spent: charged_in_window(tx, key)?,
                     reserved: Money::ZERO,
                     dirty: true,
                 },
@@ -117,4 +120,72 @@ impl Books {
         }
         Ok(())
     }
+}
+
+/// What the ledger charges `key.policy` in the window `key` names: for each request
+/// received in it, its attempts' billed costs plus the worst case of each attempt that
+/// may have been billed (in-flight attempts count so), and for a request still in
+/// flight at least what it holds (a failover top-up may have raised it past its
+/// attempts so far). Its requests hold nothing in this window (it did not exist when
+/// they were admitted), so what they are charged later is never counted twice.
+///
+/// Read through the attempts' start-time index (every attempt of a request received in
+/// the window starts at or after the window's start), so it costs a scan of the
+/// window's attempts up to now, once per new window.
+pub(super) fn charged_in_window(tx: &Connection, key: &WindowKey) -> Result<Money, LedgerError> {
+    let (from_ms, to_ms) = window_ms(key)?;
+    // The window's date: every stored `started_at` in it sorts at or after it as text.
+    let day = key.start.get(..10).unwrap_or(&key.start);
+    let mut st = tx.prepare_cached(
+        "SELECT r.id, r.outcome = 'in_flight', COALESCE(r.reserved_amount, r.worst_case),
+                CASE a.billing WHEN 'billed' THEN a.cost WHEN 'maybe_billed' THEN a.worst_case ELSE '0' END
+         FROM attempts a CROSS JOIN requests r
+         WHERE a.started_at >= ?1 AND r.id = a.request_id AND r.policy = ?2
+           AND r.received_ms >= ?3 AND r.received_ms < ?4",
+    )?;
+    let mut rows = st.query(params![day, key.policy, from_ms, to_ms])?;
+    // Per request: (in flight, what it holds, its attempts' charges).
+    let mut per: HashMap<String, (bool, Money, Money)> = HashMap::new();
+    while let Some(r) = rows.next()? {
+        let id: String = r.get(0)?;
+        let in_flight: bool = r.get(1)?;
+        let held = money_col(r.get(2)?)?;
+        let charge = money_col(r.get(3)?)?;
+        let e = per.entry(id).or_insert((in_flight, held, Money::ZERO));
+        e.2 = e.2 + charge;
+    }
+    Ok(per
+        .into_values()
+        .fold(Money::ZERO, |sum, (in_flight, held, charged)| {
+            sum + if in_flight {
+                charged.max(held)
+            } else {
+                charged
+            }
+        }))
+}
+
+/// The window's bounds in Unix milliseconds, `[from, to)`.
+fn window_ms(key: &WindowKey) -> Result<(i64, i64), LedgerError> {
+    let corrupt = || LedgerError::Corrupt(format!("window start `{}`", key.start));
+    let start =
+        time::OffsetDateTime::parse(&key.start, &time::format_description::well_known::Rfc3339)
+            .map_err(|_| corrupt())?;
+    let end = match key.period {
+        Period::Day => start.checked_add(time::Duration::days(1)),
+        Period::Month => {
+            let (y, m) = match start.month() {
+                time::Month::December => (start.year() + 1, time::Month::January),
+                m => (start.year(), m.next()),
+            };
+            time::Date::from_calendar_date(y, m, 1)
+                .ok()
+                .map(|d| d.midnight().assume_utc())
+        }
+    }
+    .ok_or_else(corrupt)?;
+    let ms = |t: time::OffsetDateTime| {
+        i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)
+    };
+    Ok((ms(start), ms(end)))
 }

@@ -87,7 +87,7 @@ impl Writer {
         // the disk; an SQLite failure of every operation does.
         let wrote = results
             .iter()
-            .any(|r| !matches!(r, Err(LedgerError::Sqlite(_) | LedgerError::RolledBack)));
+            .any(|r| !r.as_ref().is_err_and(LedgerError::is_transient));
         self.writable.store(wrote, Ordering::Relaxed);
         for (env, res) in group.into_iter().zip(results) {
             let _ = env.reply.send(res);
@@ -181,13 +181,12 @@ fn try_group(
     }
     let mut results = Vec::with_capacity(group.len());
     for env in group {
-        match apply_op(&tx, books, &env.op) {
-            r @ (Ok(()) | Err(LedgerError::BudgetExhausted { .. })) => results.push(r),
-            Err(_) => {
-                books.forget();
-                return None; // dropping `tx` rolls the group back
-            }
+        let r = apply_op(&tx, books, &env.op);
+        if r.as_ref().is_err_and(|e| !e.is_refusal()) {
+            books.forget();
+            return None; // dropping `tx` rolls the group back
         }
+        results.push(r);
     }
     match books.write(&tx).and_then(|()| tx.commit()) {
         Ok(()) => Some(results),
@@ -204,7 +203,7 @@ fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), 
     books.check(&tx)?;
     let r = apply_op(&tx, books, op);
     // A refused budget is recorded (the refused request row says why).
-    let keep = matches!(r, Ok(()) | Err(LedgerError::BudgetExhausted { .. }));
+    let keep = !r.as_ref().is_err_and(|e| !e.is_refusal());
     let done = if keep {
         books
             .write(&tx)

@@ -29,7 +29,11 @@ pub(super) fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<()
         Op::FinishRequest(r) => finish_request(tx, books, r),
         Op::Finish(a, r) => finish_attempt(tx, a).and_then(|()| finish_request(tx, books, r)),
         Op::Settle { request_id, cost } => settle(tx, books, request_id, *cost),
-        Op::TopUp { request_id, extra } => top_up(tx, books, request_id, *extra),
+        Op::TopUp {
+            request_id,
+            extra,
+            limits,
+        } => top_up(tx, books, request_id, *extra, limits),
         Op::Interrupt { request_id, reason } => interrupt(tx, books, request_id, reason),
         Op::Probe => {
             tx.prepare_cached("INSERT INTO liveness (id, at) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET at = excluded.at")?
@@ -325,31 +329,54 @@ pub(super) fn settle(
             params![request_id, seq, billing, amount.to_string()],
         )?;
     }
-    let total: String = tx.query_row(
-        "SELECT COALESCE(dsum(cost), '0') FROM attempts WHERE request_id = ?1",
+    // The request costs what its attempts billed; its budgets are charged that plus
+    // the worst case of every other attempt still `maybe_billed` (an earlier attempt
+    // that failed without proof of billing keeps its worst case: the operator settled
+    // the interrupted one only).
+    let (total, charged): (String, String) = tx.query_row(
+        "SELECT COALESCE(dsum(CASE billing WHEN 'billed' THEN cost ELSE '0' END), '0'),
+                COALESCE(dsum(CASE billing WHEN 'billed' THEN cost WHEN 'maybe_billed' THEN worst_case ELSE '0' END), '0')
+         FROM attempts WHERE request_id = ?1",
         params![request_id],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    let total = money_col(total)?;
+    let (total, charged) = (money_col(total)?, money_col(charged)?);
     tx.execute(
         "UPDATE requests SET cost = ?2, reserved_in = NULL WHERE id = ?1",
         params![request_id, total.to_string()],
     )?;
     match held {
-        Some(h) => release(books, tx, h, total),
+        Some(h) => release(books, tx, h, charged),
         None => Ok(()),
     }
 }
 
-/// Raise the request's holding by `extra` in every window it names, all or nothing.
-/// A request that holds nothing (its policy has no budgets) has nothing to raise.
+/// Raise the request's holding by `extra` in every window it names, all or nothing,
+/// each checked against the running plan's limit for its period (`limits`; a period
+/// the plan no longer budgets is not limited). A request that holds nothing (its
+/// policy had no budgets) has nothing to raise; one no longer in flight may not go on.
 fn top_up(
     tx: &Connection,
     books: &mut Books,
     request_id: &str,
     extra: Money,
+    limits: &[BudgetLimit],
 ) -> Result<(), LedgerError> {
-    let held = take_holding(tx, books, request_id)?;
+    let held = match books.held.remove(request_id) {
+        // Held in memory: admitted by this writer and not finished, so in flight.
+        Some(h) => Some(h),
+        None => {
+            let outcome: Option<String> = tx
+                .prepare_cached("SELECT outcome FROM requests WHERE id = ?1")?
+                .query_row(params![request_id], |r| r.get(0))
+                .optional()?;
+            match outcome.as_deref() {
+                None => return Err(LedgerError::UnknownRequest(request_id.to_string())),
+                Some("in_flight") => holding(tx, request_id)?,
+                Some(_) => return Err(LedgerError::NotInFlight(request_id.to_string())),
+            }
+        }
+    };
     let Some(mut h) = held else {
         return Ok(());
     };
@@ -360,8 +387,18 @@ fn top_up(
     // Check every window first: a refusal must leave all of them as they were.
     let mut refusal = None;
     for key in &h.windows {
+        let Some(limit) = limits
+            .iter()
+            .find(|b| b.period == key.period)
+            .map(|b| b.limit)
+        else {
+            continue;
+        };
         let w = books.window(tx, key)?;
-        let limit = w.limit.unwrap_or(Money::ZERO);
+        if w.limit != Some(limit) {
+            w.limit = Some(limit);
+            w.dirty = true;
+        }
         if w.spent + w.reserved + extra > limit {
             refusal = Some(LedgerError::BudgetExhausted {
                 policy: key.policy.clone(),
