@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::attempt::{Bill, Caller, Failure, Observed, Seen, Started};
 use super::recorder::{Closing, Ended, Recorder, Verdict};
 use super::stream;
-use super::{AttemptReport, GatewayError, Reply, Served, truncate_redact};
+use super::{AttemptReport, GatewayError, LedgerStage, Reply, Served, truncate_redact};
 use crate::clock::Clock;
 use crate::decide::{self, Action, AlternateState, BudgetRoom, Decision};
 use crate::failure::{Billing, FailureClass};
@@ -130,9 +130,10 @@ impl Chain<'_> {
         loop {
             at.seq += 1;
             let Some(provider) = self.plan.provider(&at.dest.provider) else {
-                return Err(GatewayError::LedgerUnavailable(
-                    "plan lost a provider".into(),
-                ));
+                return Err(GatewayError::Internal(format!(
+                    "the plan has no provider `{}`",
+                    at.dest.provider
+                )));
             };
             if at.seq > 1 {
                 self.begin(&rec, &at).await?;
@@ -170,7 +171,7 @@ impl Chain<'_> {
                 Next::Retry => at.retried = true,
                 Next::Alternate => {
                     let Some(a) = &self.sel.alternate else {
-                        return Err(GatewayError::LedgerUnavailable(
+                        return Err(GatewayError::Internal(
                             "failover decided without an alternate".into(),
                         ));
                     };
@@ -198,7 +199,7 @@ impl Chain<'_> {
                 worst_case: at.worst,
             })
             .await
-            .map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
+            .map_err(|e| GatewayError::ledger(LedgerStage::BeforeAlternate, e))
     }
 
     fn served_by(&self, rec: &Recorder, at: &Cursor, reply: Reply) -> Served {
@@ -394,7 +395,7 @@ impl Chain<'_> {
         };
         let needed = rec.charged() + this + a.worst_case;
         let extra = needed.saturating_sub(at.held);
-        let limits = current_limits(&(self.deps.running_plan)(), self.policy);
+        let limits = super::current_limits(&(self.deps.running_plan)(), self.policy);
         match self
             .deps
             .ledger
@@ -409,7 +410,7 @@ impl Chain<'_> {
             // Also `NotInFlight` (another replica recovered the request while this one
             // was stalled) and `LeaseLost`: the request stops here, and the alternate is
             // never called.
-            Err(e) => Err(GatewayError::LedgerUnavailable(e.to_string())),
+            Err(e) => Err(GatewayError::ledger(LedgerStage::BeforeAlternate, e)),
         }
     }
 
@@ -505,20 +506,4 @@ struct Attempted {
     status: Option<u16>,
     key: Option<String>,
     sent: Option<std::time::Instant>,
-}
-
-/// The budgets a top-up is checked against: the running plan's for the request's
-/// policy (a reload may have lowered one since admission), or the request's own when
-/// the running plan no longer has that policy.
-fn current_limits(running: &Plan, admitted_under: &Policy) -> Vec<ledger::BudgetLimit> {
-    running
-        .policy(admitted_under.id.as_str())
-        .unwrap_or(admitted_under)
-        .budgets
-        .iter()
-        .map(|b| ledger::BudgetLimit {
-            period: b.period,
-            limit: b.limit,
-        })
-        .collect()
 }

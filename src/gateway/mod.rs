@@ -74,8 +74,12 @@ pub enum GatewayError {
     CeilingExceeded(String),
     #[error("{0}")]
     BudgetExhausted(String),
-    #[error("the ledger cannot record this request, so no upstream call was made: {0}")]
-    LedgerUnavailable(String),
+    /// The ledger could not write; what that left undone depends on when.
+    #[error("{}: {detail}", stage.consequence())]
+    LedgerUnavailable { stage: LedgerStage, detail: String },
+    /// A bug in purser, not the ledger's or the client's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The upstream objected (or every attempt failed): its own words, the class, all attempts.
     #[error("{message}")]
     Upstream {
@@ -88,7 +92,42 @@ pub enum GatewayError {
     },
 }
 
+/// When the ledger failed, which says what was and was not done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerStage {
+    /// Admission (or a refusal's row): no upstream call was made.
+    BeforeCall,
+    /// The alternate's row or its reservation: the alternate was not called.
+    BeforeAlternate,
+    /// An attempt's end: the call was made, and restart or the sweeper recovers it.
+    AfterCall,
+}
+
+impl LedgerStage {
+    fn consequence(self) -> &'static str {
+        match self {
+            LedgerStage::BeforeCall => {
+                "the ledger cannot record this request, so no upstream call was made"
+            }
+            LedgerStage::BeforeAlternate => {
+                "the ledger could not record or reserve the failover, so the alternate was not called"
+            }
+            LedgerStage::AfterCall => {
+                "the ledger could not record how the upstream call ended; it stays charged at its worst case until recovered"
+            }
+        }
+    }
+}
+
 impl GatewayError {
+    /// The ledger failed at `stage`.
+    pub fn ledger(stage: LedgerStage, e: impl std::fmt::Display) -> GatewayError {
+        GatewayError::LedgerUnavailable {
+            stage,
+            detail: e.to_string(),
+        }
+    }
+
     pub fn invalid(message: impl Into<String>, param: Option<&str>) -> GatewayError {
         GatewayError::InvalidRequest {
             message: message.into(),
@@ -119,7 +158,8 @@ impl GatewayError {
             | GatewayError::NoDestination { .. }
             | GatewayError::CeilingExceeded(_)
             | GatewayError::BudgetExhausted(_)
-            | GatewayError::LedgerUnavailable(_)
+            | GatewayError::LedgerUnavailable { .. }
+            | GatewayError::Internal(_)
             | GatewayError::Upstream { .. } => None,
         }
     }
@@ -132,7 +172,8 @@ impl GatewayError {
             GatewayError::NoDestination { .. } => "no_destination",
             GatewayError::CeilingExceeded(_) => "ceiling_exceeded",
             GatewayError::BudgetExhausted(_) => "budget_exhausted",
-            GatewayError::LedgerUnavailable(_) => "ledger_unavailable",
+            GatewayError::LedgerUnavailable { .. } => "ledger_unavailable",
+            GatewayError::Internal(_) => "internal",
             GatewayError::Upstream { class, .. } => class.as_str(),
         }
     }
@@ -382,7 +423,7 @@ impl Engine {
             Err(e) => Err(Failed {
                 request_id: None,
                 policy: None,
-                error: GatewayError::LedgerUnavailable(format!(
+                error: GatewayError::Internal(format!(
                     "the request's task ended abnormally ({e}); it is recorded as interrupted"
                 )),
             }),
@@ -421,7 +462,9 @@ impl Engine {
                     .request(f.policy.as_deref().unwrap_or("-"), code);
                 match &f.error {
                     // Upstream refusals are counted by class where they are decided.
-                    GatewayError::Upstream { .. } | GatewayError::LedgerUnavailable(_) => {}
+                    GatewayError::Upstream { .. }
+                    | GatewayError::LedgerUnavailable { .. }
+                    | GatewayError::Internal(_) => {}
                     GatewayError::Unauthorized
                     | GatewayError::InvalidRequest { .. }
                     | GatewayError::ModelNotAllowed { .. }
@@ -510,19 +553,14 @@ impl Engine {
                 self.ledger
                     .record_refusal(new_request, e.code())
                     .await
-                    .map_err(|l| with_id(GatewayError::LedgerUnavailable(l.to_string())))?;
+                    .map_err(|l| with_id(GatewayError::ledger(LedgerStage::BeforeCall, l)))?;
                 return Err(with_id(e));
             }
         };
         new_request.worst_case = selected.worst_case;
-        let budgets: Vec<BudgetLimit> = policy
-            .budgets
-            .iter()
-            .map(|b| BudgetLimit {
-                period: b.period,
-                limit: b.limit,
-            })
-            .collect();
+        // The running plan's limits, not this request's snapshot's: a reload that lowered
+        // a budget while the request was being parsed and selected binds it too.
+        let budgets = current_limits(&self.plan(), policy);
         // The first attempt is written with the admission: one commit, not two.
         let first = NewAttempt {
             request_id: request_id.clone(),
@@ -542,7 +580,7 @@ impl Engine {
             Err(e @ LedgerError::BudgetExhausted { .. }) => {
                 return Err(with_id(GatewayError::BudgetExhausted(e.to_string())));
             }
-            Err(e) => return Err(with_id(GatewayError::LedgerUnavailable(e.to_string()))),
+            Err(e) => return Err(with_id(GatewayError::ledger(LedgerStage::BeforeCall, e))),
         }
         let pending = self.inflight.admit(&request_id, &self.ledger);
         let rec = Recorder::new(
@@ -641,4 +679,20 @@ impl Engine {
             }
         })
     }
+}
+
+/// The budgets an admission or a top-up is checked against: the running plan's for the
+/// request's policy (a reload may have lowered one since the request took its
+/// snapshot), or the request's own when the running plan no longer has that policy.
+pub(crate) fn current_limits(running: &Plan, admitted_under: &Policy) -> Vec<BudgetLimit> {
+    running
+        .policy(admitted_under.id.as_str())
+        .unwrap_or(admitted_under)
+        .budgets
+        .iter()
+        .map(|b| BudgetLimit {
+            period: b.period,
+            limit: b.limit,
+        })
+        .collect()
 }

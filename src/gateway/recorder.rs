@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 
 use super::attempt::Bill;
-use super::{Engine, GatewayError};
+use super::{Engine, GatewayError, LedgerStage};
 use crate::decide::Action;
 use crate::failure::{Billing, FailureClass};
 use crate::ledger::{self, AttemptResult, Decision, Ledger, RequestResult};
@@ -199,7 +199,7 @@ impl Recorder {
                 done
             }
         };
-        written.map_err(|e| GatewayError::LedgerUnavailable(e.to_string()))
+        written.map_err(|e| GatewayError::ledger(LedgerStage::AfterCall, e))
     }
 }
 

@@ -445,7 +445,8 @@ pub fn status_of(e: &GatewayError) -> StatusCode {
         GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => {
             StatusCode::PAYMENT_REQUIRED
         }
-        GatewayError::LedgerUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        GatewayError::LedgerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        GatewayError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         GatewayError::Upstream { class, status, .. } => upstream_status(*class, *status),
     }
 }
@@ -492,7 +493,7 @@ fn error_type(e: &GatewayError) -> &'static str {
         | GatewayError::ModelNotAllowed { .. }
         | GatewayError::NoDestination { .. } => "invalid_request_error",
         GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
-        GatewayError::LedgerUnavailable(_) => "server_error",
+        GatewayError::LedgerUnavailable { .. } | GatewayError::Internal(_) => "server_error",
         GatewayError::Upstream { .. } => "upstream_error",
     }
 }
@@ -508,7 +509,8 @@ pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
         | GatewayError::NoDestination { .. }
         | GatewayError::CeilingExceeded(_)
         | GatewayError::BudgetExhausted(_)
-        | GatewayError::LedgerUnavailable(_) => (None, &[][..]),
+        | GatewayError::LedgerUnavailable { .. }
+        | GatewayError::Internal(_) => (None, &[][..]),
     };
     let mut r = envelope(
         status_of(e),
