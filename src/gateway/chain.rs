@@ -138,7 +138,7 @@ impl Chain<'_> {
                     seq: at.seq,
                     dest: at.dest.clone(),
                     worst: at.worst,
-                    bounds: self.sel.bounds,
+                    bounds: self.sel.bounds_for(&at.dest),
                     breaker: self.breakers.get(&at.dest.provider).cloned(),
                     sent: seen.sent,
                     key: seen.key,
@@ -157,7 +157,7 @@ impl Chain<'_> {
                 (usage, Reply::Complete(translated))
             }
         };
-        let charge = pricing::charge(&at.dest, &usage, self.sel.bounds);
+        let charge = pricing::charge(&at.dest, &usage, self.sel.bounds_for(&at.dest));
         rec.record(
             Ended {
                 seq: at.seq,
