@@ -647,4 +647,89 @@ mod tests {
         );
         assert_eq!(r, Err(Refusal::NoDestination));
     }
+
+    #[test]
+    fn bounds_are_per_destination_and_an_unbounded_one_is_passed_over() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![
+                dest("a", Tier::Account, "1", "1", 100_000),
+                dest("b", Tier::Account, "1", "1", 100_000),
+            ],
+            alternate: Some(dest("alt", Tier::Account, "1", "1", 100_000)),
+        };
+        let b = |input| TokenBounds {
+            input,
+            output: 10,
+            choices: 1,
+            reasoning: 0,
+            tier: None,
+        };
+        // `a` receives the request as a longer body (another API's translation).
+        let by_dest = |d: &Destination| match d.provider.as_str() {
+            "a" => Ok(b(5_000)),
+            "b" => Ok(b(1_000)),
+            _ => Ok(b(2_000)),
+        };
+        let s = select(&route, &ceiling("1", OnExceed::Reject), by_dest, |_| false).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "b");
+        assert_eq!(s.bounds.input, 1_000);
+        let alt = s.alternate.clone().unwrap();
+        assert_eq!(s.bounds_for(&alt.destination).input, 2_000);
+        assert_eq!(s.bounds_for(&s.primary).input, 1_000);
+
+        // Where the request cannot be bounded, the candidate is passed over, named.
+        let unbounded = || Unbounded {
+            param: "messages[0].content[1]".into(),
+            what: "a file part".into(),
+        };
+        let only_a = |d: &Destination| match d.provider.as_str() {
+            "a" => Ok(b(5_000)),
+            _ => Err(unbounded()),
+        };
+        let s = select(&route, &ceiling("1", OnExceed::Reject), only_a, |_| false).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "a");
+        assert!(
+            s.considered
+                .iter()
+                .any(|c| c.verdict == Verdict::Unbounded(unbounded()))
+        );
+        let alt = s.alternate.unwrap();
+        assert!(!alt.fits);
+        assert_eq!(alt.bounds, Err(unbounded()));
+        // Nowhere: refused, naming the part.
+        let r = select(
+            &route,
+            &ceiling("1", OnExceed::Reject),
+            |_| Err(unbounded()),
+            |_| false,
+        );
+        assert_eq!(r, Err(Refusal::Unbounded(unbounded())));
+    }
+
+    #[test]
+    fn clamping_leaves_reasoning_beyond_the_cap_in_the_bound() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![dest("a", Tier::Account, "0", "10", 1_000_000)],
+            alternate: None,
+        };
+        let b = TokenBounds {
+            input: 0,
+            output: 100_000,
+            choices: 1,
+            reasoning: 10_000,
+            tier: None,
+        };
+        // 0.5 at 10/M is 50,000 output tokens, 10,000 of them reasoning: a cap of 40,000.
+        let s = select(
+            &route,
+            &ceiling("0.5", OnExceed::Clamp),
+            |_| Ok(b),
+            |_| false,
+        )
+        .unwrap();
+        assert_eq!(s.bounds.output, 40_000);
+        assert_eq!(s.worst_case, "0.5".parse().unwrap());
+    }
 }

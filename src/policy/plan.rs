@@ -637,3 +637,96 @@ impl Plan {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(api: Api, upstream: &str) -> Destination {
+        Destination {
+            provider: ProviderId::new("p"),
+            model: ModelName::new("m"),
+            upstream_model: upstream.into(),
+            api,
+            jurisdiction: Jurisdiction::new("us"),
+            tier: Tier::Account,
+            context_window: 1_000,
+            input_per_mtok: PricePerMTok::new(Money::ZERO),
+            output_per_mtok: PricePerMTok::new(Money::ZERO),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
+            terms: ModelTerms::default(),
+        }
+    }
+
+    #[test]
+    fn the_cap_field_is_read_from_the_family_unless_the_entry_says() {
+        for m in [
+            "o1",
+            "o1-mini",
+            "o3",
+            "o3-mini",
+            "o4-mini",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5.1",
+            "openai/o3-mini",
+            "GPT-6",
+        ] {
+            assert_eq!(
+                named(Api::Openai, m).cap_field(),
+                CapField::MaxCompletionTokens,
+                "{m}"
+            );
+        }
+        for m in [
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "llama-3.1-8b",
+            "omni-x",
+            "gpt-4o-2024",
+            "qwen2.5",
+        ] {
+            assert_eq!(
+                named(Api::Openai, m).cap_field(),
+                CapField::MaxTokens,
+                "{m}"
+            );
+        }
+        let mut d = named(Api::Openai, "gpt-4o-mini");
+        d.terms.cap_field = Some(CapField::MaxCompletionTokens);
+        assert_eq!(d.cap_field(), CapField::MaxCompletionTokens);
+    }
+
+    #[test]
+    fn the_reasoning_budget_is_read_from_the_family_unless_the_entry_says() {
+        assert_eq!(
+            named(Api::Openai, "deepseek-reasoner").reasoning_budget(),
+            Some(32_768)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-pro").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-flash").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-3-pro-preview").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-flash-lite").reasoning_budget(),
+            None
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.0-flash").reasoning_budget(),
+            None
+        );
+        assert_eq!(named(Api::Openai, "o3").reasoning_budget(), None);
+        let mut d = named(Api::Gemini, "gemini-2.5-pro");
+        d.terms.reasoning_budget = Some(128);
+        assert_eq!(d.reasoning_budget(), Some(128));
+    }
+}
