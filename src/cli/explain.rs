@@ -24,9 +24,7 @@ pub struct Imagined {
     pub parts: Vec<MediaKind>,
 }
 
-/// What the gateway counts a media part with no declared bound at under a soft policy
-/// without a budget (see `gateway::SOFT_MEDIA_TOKENS`).
-const SOFT_MEDIA_TOKENS: u64 = 1_600;
+use crate::gateway::SOFT_MEDIA_TOKENS;
 
 /// The imagined request's bounds at `d`, as the gateway computes them: text bytes, the
 /// API's overheads (`upstream::bound::OVERHEADS`), each media part at its declared

@@ -36,7 +36,7 @@ const MESSAGE_LIMIT: usize = 2048;
 /// Tokens a media part with no declared bound is counted at under a soft policy with
 /// no budget, the only policy that may send one: a stand-in, not a bound (OpenAI's
 /// high-detail 1024² image is 765 tokens, Anthropic's largest image about 1,600).
-const SOFT_MEDIA_TOKENS: u64 = 1_600;
+pub const SOFT_MEDIA_TOKENS: u64 = 1_600;
 
 /// One attempt as the client's error and the headers report it.
 #[derive(Debug, Clone, Serialize)]

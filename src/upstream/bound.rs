@@ -159,6 +159,14 @@ fn is_media_part(p: &Value) -> bool {
 pub fn media_parts(api: Api, body: &Value) -> Vec<Media> {
     let mut out = Vec::new();
     for (i, m) in messages(body).iter().enumerate() {
+        // An assistant turn's `audio` names an earlier audio answer by id: the vendor
+        // bills that audio as input, which its few bytes do not bound.
+        if m.get("audio").is_some_and(|a| !a.is_null()) {
+            out.push(Media {
+                param: format!("messages[{i}].audio"),
+                kind: Some(MediaKind::Audio),
+            });
+        }
         let Some(Value::Array(parts)) = m.get("content") else {
             continue;
         };
@@ -477,6 +485,20 @@ mod tests {
         );
         let declared = input_tokens(&files, &req(body), Undeclared::Refuse).unwrap();
         assert_eq!(declared, soft - 1_600 + 50_000);
+    }
+
+    #[test]
+    fn an_audio_reference_is_media() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "assistant", "content": null, "audio": {"id": "audio_abc"}},
+            {"role": "user", "content": "and again"}]});
+        let e = input_tokens(
+            &dest(Api::Openai, MediaTokens::default()),
+            &req(body),
+            Undeclared::Refuse,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "messages[0].audio");
     }
 
     #[test]

@@ -762,7 +762,8 @@ pub fn markdown() -> String {
          string, key and number of it by its UTF-8 bytes (no tokenizer makes more tokens\n\
          than bytes), plus the overheads below. A part whose tokens cannot be read from its\n\
          bytes (any part type but `text` and `refusal`: images, audio, video, files, remote\n\
-         URLs) counts at the bound its model entry declares in `media_tokens`, or is\n\
+         URLs; an assistant turn's `audio` reference) counts at the bound its model entry\n\
+         declares in `media_tokens`, or is\n\
          refused with `invalid_request` naming it under a hard ceiling and under any policy\n\
          with a budget.\n\n\
          | API | per | tokens | source |\n|---|---|---|---|\n",
