@@ -606,7 +606,7 @@ fn terms(
         .as_ref()
         .and_then(|t| price(format!("{base}/cache_write_1h_per_mtok"), t));
     let media = m.media_tokens.unwrap_or_default();
-    ok.then(|| ModelTerms {
+    ok.then_some(ModelTerms {
         cache_write_1h_per_mtok: write_1h,
         cap_field: m.cap_field,
         reasoning_budget: m.reasoning_budget,
