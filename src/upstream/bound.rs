@@ -537,4 +537,71 @@ mod tests {
         let b = input_tokens(&d, &req(tools), Undeclared::Refuse).unwrap();
         assert!(b >= a + 530, "{a} → {b}");
     }
+
+    fn text() -> impl proptest::strategy::Strategy<Value = String> {
+        // Any Unicode, quotes and control characters included (escaped when sent).
+        proptest::string::string_regex("(?s).{0,40}").unwrap()
+    }
+
+    fn any_body() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let message = (0usize..4, text(), proptest::option::of(text())).prop_map(|(role, t, extra)| {
+            let role = ["system", "user", "assistant", "tool"][role];
+            let mut m = json!({"role": role, "content": t});
+            if role == "tool" {
+                m["tool_call_id"] = json!("c1");
+            }
+            if let (Some(e), "assistant") = (extra, role) {
+                m["tool_calls"] = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": json!({"x": e}).to_string()}}]);
+            }
+            m
+        });
+        (
+            proptest::collection::vec(message, 1..6),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        )
+            .prop_map(|(messages, tool_doc, stop)| {
+                let mut b = json!({"model": "m", "messages": messages});
+                if let Some(d) = tool_doc {
+                    b["tools"] = json!([{"type": "function", "function": {"name": "f", "description": d, "parameters": {"type": "object", "properties": {"x": {"type": "string", "description": d}}}}}]);
+                }
+                if let Some(s) = stop {
+                    b["stop"] = json!(s);
+                }
+                b
+            })
+    }
+
+    /// Every string the vendor receives, by its UTF-8 bytes: what its tokens are made of.
+    fn string_bytes(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => s.len() as u64,
+            Value::Array(a) => a.iter().map(string_bytes).sum(),
+            Value::Object(o) => o
+                .iter()
+                .map(|(k, x)| k.len() as u64 + string_bytes(x))
+                .sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+
+    proptest::proptest! {
+        /// For any body, at every API, the bound is at least every string (and key) of
+        /// the body as prepared for that API, plus the overheads it counts.
+        #[test]
+        fn the_bound_covers_every_string_sent(body in any_body()) {
+            for api in APIS {
+                let d = dest(api, MediaTokens::default());
+                let r = req(body.clone());
+                let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+                let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
+                let messages = body["messages"].as_array().unwrap().len() as u64;
+                let floor = string_bytes(&sent)
+                    + overhead(api, Per::Request)
+                    + messages * overhead(api, Per::Message);
+                proptest::prop_assert!(bound >= floor, "{api:?}: {bound} < {floor}");
+            }
+        }
+    }
 }
