@@ -70,7 +70,10 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         None => bounds.tier_choice(),
     };
     let rates = dest.rates(usage.input.unwrap_or(bounds.input), tier);
-    let mut estimated = !rates.listed;
+    // The vendor picked the tier and did not say which: the dearest declared one is a
+    // guess at what was billed.
+    let guessed = tier == TierChoice::AnyDeclared && !dest.terms.service_tiers.is_empty();
+    let mut estimated = !rates.listed || guessed;
     let input_cost = match usage.input {
         None => {
             missing = true;
@@ -152,7 +155,7 @@ mod tests {
     use crate::ids::{Jurisdiction, ModelName, ProviderId};
     use crate::money::PricePerMTok;
     use crate::policy::plan::{Api, LongContext, ModelTerms, Rates, ServiceTier, Tier};
-    use crate::selection::worst_case;
+    use crate::selection::{TierAsk, worst_case};
     use proptest::prelude::*;
 
     fn price(s: &str) -> PricePerMTok {
@@ -186,7 +189,7 @@ mod tests {
         output: 500,
         choices: 1,
         reasoning: 0,
-        tier: None,
+        tier: TierAsk::VendorPicks,
     };
 
     fn full(input: u64, cached: u64, write: u64, output: u64) -> Usage {
@@ -375,7 +378,7 @@ mod tests {
             output: 0,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
@@ -413,7 +416,7 @@ mod tests {
             output: 1_000_000,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, None), out),
@@ -494,7 +497,7 @@ mod tests {
     fn the_served_tier_is_charged_and_an_unnamed_one_at_the_dearest_estimated() {
         let d = tiered();
         let priority = TokenBounds {
-            tier: Some(ServiceTier::Priority),
+            tier: TierAsk::Tier(ServiceTier::Priority),
             ..BOUNDS
         };
         // The worst case of a priority request is at priority rates: 1000 × 4 + 500 × 20.
@@ -502,6 +505,19 @@ mod tests {
         let u = full(100, 0, 0, 10);
         // Asked for priority, nothing said: priority.
         assert_eq!(charge(&d, &u, priority).cost, money("0.0006"));
+        // Asked for nothing (or `auto`): the vendor picks, so the worst case is at the
+        // dearest declared tier, and an answer that does not say is charged there,
+        // estimated. Asked for `default`: the standard rates.
+        assert_eq!(worst_case(&d, BOUNDS), money("0.014"));
+        let c = charge(&d, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
+        let standard = TokenBounds {
+            tier: TierAsk::Standard,
+            ..BOUNDS
+        };
+        assert_eq!(worst_case(&d, standard), money("0.007"));
+        let c = charge(&d, &u, standard);
+        assert_eq!((c.cost, c.basis), (money("0.0003"), CostBasis::Usage));
         // Asked for priority, served at the standard tier: standard.
         let served = |t| Usage {
             served_tier: Some(t),
@@ -581,21 +597,47 @@ mod tests {
         })
     }
 
+    fn any_rates() -> impl Strategy<Value = Rates> {
+        (rate(), rate(), proptest::option::of(rate())).prop_map(|(i, o, c)| Rates {
+            input_per_mtok: i,
+            output_per_mtok: o,
+            cached_input_per_mtok: c,
+        })
+    }
+
+    /// Any rates, including long-context tiers (at any threshold, cheaper or dearer
+    /// than the base), service tiers and 1-hour cache writes.
     fn any_dest() -> impl Strategy<Value = Destination> {
         (
             prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
-            rate(),
-            rate(),
+            (rate(), rate()),
             proptest::option::of(rate()),
             proptest::option::of(rate()),
+            proptest::option::of(rate()),
+            proptest::option::of((0u64..3_000_000, any_rates())),
+            proptest::option::of(any_rates()),
         )
-            .prop_map(|(api, input, output, cached, write)| Destination {
-                input_per_mtok: input,
-                output_per_mtok: output,
-                cached_input_per_mtok: cached,
-                cache_write_per_mtok: write,
-                ..dest(api, None, None)
-            })
+            .prop_map(
+                |(api, (input, output), cached, write, write_1h, long, priority)| Destination {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                    cached_input_per_mtok: cached,
+                    cache_write_per_mtok: write,
+                    terms: ModelTerms {
+                        cache_write_1h_per_mtok: write_1h,
+                        long_context: long.map(|(above, rates)| LongContext {
+                            above_input_tokens: above,
+                            rates,
+                        }),
+                        service_tiers: priority
+                            .map(|r| (ServiceTier::Priority, r))
+                            .into_iter()
+                            .collect(),
+                        ..ModelTerms::default()
+                    },
+                    ..dest(api, None, None)
+                },
+            )
     }
 
     /// Usage within the bounds: the parts fit in the input total, reasoning in the
@@ -626,19 +668,29 @@ mod tests {
     }
 
     fn dest_usage_bounds() -> impl Strategy<Value = (Destination, Usage, TokenBounds)> {
-        (any_dest(), 0u64..2_000_000, 0u64..200_000, 0u64..4).prop_flat_map(
-            |(d, input, output, choices)| {
+        (
+            any_dest(),
+            0u64..2_000_000,
+            (0u64..200_000, 0u64..40_000),
+            0u64..4,
+            any::<bool>(),
+        )
+            .prop_flat_map(|(d, input, (output, reasoning), choices, priority)| {
                 let b = TokenBounds {
                     input,
                     output,
                     choices,
-                    reasoning: 0,
-                    tier: None,
+                    reasoning,
+                    // Only a declared tier is bounded (the gateway refuses the others).
+                    tier: if priority && !d.terms.service_tiers.is_empty() {
+                        TierAsk::Tier(ServiceTier::Priority)
+                    } else {
+                        TierAsk::VendorPicks
+                    },
                 };
                 let writes = d.bills_cache_writes();
                 (Just(d), usage_within(writes, b), Just(b))
-            },
-        )
+            })
     }
 
     proptest! {

@@ -21,8 +21,20 @@ pub struct TokenBounds {
     pub reasoning: u64,
     /// Choices asked for (`n`): each may reach the output cap.
     pub choices: u64,
-    /// The service tier the request asks for (`None`: the standard one).
-    pub tier: Option<ServiceTier>,
+    /// The service tier the request asks for.
+    pub tier: TierAsk,
+}
+
+/// The service tier a request asks for (its `service_tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierAsk {
+    /// None, or `auto`: the vendor picks (a project's default tier may be priority),
+    /// so any tier the model entry declares may be served.
+    VendorPicks,
+    /// `default`: the standard tier.
+    Standard,
+    Tier(ServiceTier),
 }
 
 impl TokenBounds {
@@ -42,7 +54,11 @@ impl TokenBounds {
     }
 
     pub fn tier_choice(&self) -> TierChoice {
-        self.tier.map_or(TierChoice::Standard, TierChoice::Tier)
+        match self.tier {
+            TierAsk::VendorPicks => TierChoice::AnyDeclared,
+            TierAsk::Standard => TierChoice::Standard,
+            TierAsk::Tier(t) => TierChoice::Tier(t),
+        }
     }
 }
 
@@ -470,7 +486,7 @@ mod tests {
             output: 4_096,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
@@ -492,7 +508,7 @@ mod tests {
             output: 100,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         let names: Vec<_> = ordered(&route, |_| Ok(long_input))
             .iter()
@@ -504,7 +520,7 @@ mod tests {
             output: 50_000,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         let names: Vec<_> = ordered(&route, |_| Ok(long_output))
             .iter()
@@ -538,7 +554,7 @@ mod tests {
             output: 100_000,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         // worst case = 0.001 + 1.0 > 0.5
         let r = select(
@@ -576,7 +592,7 @@ mod tests {
             output: 100_000,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         let Err(Refusal::DoesNotFit { considered, .. }) = select(
             &route,
@@ -613,7 +629,7 @@ mod tests {
             output: 10,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         let c = ceiling("1", OnExceed::Reject);
         let s = select(&route, &c, |_| Ok(b), |d| d.provider.as_str() == "a").unwrap();
@@ -640,7 +656,7 @@ mod tests {
                     output: 1,
                     choices: 1,
                     reasoning: 0,
-                    tier: None,
+                    tier: TierAsk::VendorPicks,
                 })
             },
             |_| false,
@@ -663,7 +679,7 @@ mod tests {
             output: 10,
             choices: 1,
             reasoning: 0,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         // `a` receives the request as a longer body (another API's translation).
         let by_dest = |d: &Destination| match d.provider.as_str() {
@@ -719,7 +735,7 @@ mod tests {
             output: 100_000,
             choices: 1,
             reasoning: 10_000,
-            tier: None,
+            tier: TierAsk::VendorPicks,
         };
         // 0.5 at 10/M is 50,000 output tokens, 10,000 of them reasoning: a cap of 40,000.
         let s = select(

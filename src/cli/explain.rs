@@ -8,7 +8,7 @@ use crate::decide::fails_over;
 use crate::failure::FailureClass;
 use crate::gateway::request::{Bearing, bearing};
 use crate::policy::plan::{Destination, MediaKind, Mode};
-use crate::selection::{self, Refusal, TokenBounds, Unbounded, Verdict, arithmetic};
+use crate::selection::{self, Refusal, TierAsk, TokenBounds, Unbounded, Verdict, arithmetic};
 use crate::upstream::bound::{Per, overhead};
 
 /// The request `explain` imagines.
@@ -62,7 +62,7 @@ fn imagined_bounds(
         output,
         reasoning: d.reasoning_budget().unwrap_or(0),
         choices: req.choices.max(1),
-        tier: None,
+        tier: TierAsk::VendorPicks,
     })
 }
 

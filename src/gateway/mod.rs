@@ -616,7 +616,7 @@ impl Engine {
         };
         let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
-            if let (true, Some(t)) = (strict, parsed.tier)
+            if let (true, selection::TierAsk::Tier(t)) = (strict, parsed.tier)
                 && !d.terms.service_tiers.contains_key(&t)
             {
                 return Err(Unbounded {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::GatewayError;
 use crate::policy::plan::ServiceTier;
+use crate::selection::TierAsk;
 
 /// How one top-level request field bears on what the call can cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,8 +97,8 @@ pub struct Parsed {
     pub max_tokens: Option<u64>,
     /// Choices asked for (`n`), at least 1.
     pub choices: u64,
-    /// The priced service tier asked for; `None` for the standard one.
-    pub tier: Option<ServiceTier>,
+    /// The service tier asked for.
+    pub tier: TierAsk,
     /// Fields whose cost no bound counts, with why (unknown fields included).
     pub unbounded: Vec<(String, &'static str)>,
 }
@@ -133,17 +134,18 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
         }
     }
     let tier = match obj.get("service_tier") {
-        None | Some(Value::Null) => None,
+        None | Some(Value::Null) => TierAsk::VendorPicks,
         Some(Value::String(t)) => match t.as_str() {
-            "auto" | "default" => None,
+            "auto" => TierAsk::VendorPicks,
+            "default" => TierAsk::Standard,
             other => match ServiceTier::parse(other) {
-                Some(t) => Some(t),
+                Some(t) => TierAsk::Tier(t),
                 None => {
                     unbounded.push((
                         "service_tier".into(),
                         "a service tier purser has no rates for",
                     ));
-                    None
+                    TierAsk::VendorPicks
                 }
             },
         },
@@ -282,13 +284,13 @@ mod tests {
         ))
         .unwrap();
         assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
-        assert_eq!(p.tier, None);
+        assert_eq!(p.tier, TierAsk::VendorPicks);
     }
 
     #[test]
     fn a_priced_tier_is_read_not_refused_here() {
         let p = parse(&body(json!({"service_tier": "priority"}))).unwrap();
-        assert_eq!(p.tier, Some(ServiceTier::Priority));
+        assert_eq!(p.tier, TierAsk::Tier(ServiceTier::Priority));
         assert!(p.unbounded.is_empty());
     }
 }

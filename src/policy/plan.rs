@@ -227,9 +227,12 @@ pub struct Rate {
 /// Which service tier a call is priced at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TierChoice {
-    /// The standard tier (no `service_tier`, `auto`, `default`).
+    /// The standard tier (`service_tier: default`, or an answer saying so).
     Standard,
     Tier(ServiceTier),
+    /// The vendor picks (no `service_tier`, or `auto`: a project's default tier may be
+    /// priority): the dearest of the standard and every declared tier.
+    AnyDeclared,
     /// The served tier is one the table cannot name: the dearest of every declared one.
     Dearest,
 }
@@ -342,19 +345,31 @@ impl Destination {
     }
 
     /// The rates a call with `input_tokens` input tokens at `tier` is billed at, class
-    /// by class. Above the long-context threshold the long-context rates replace the
-    /// base ones; a service tier's declared rates are taken where dearer (a vendor that
-    /// bills a tier never bills less than its rates); cache writes of a call not at the
-    /// base rates are priced at the stand-in multiple of its input rate, since listed
-    /// write rates are for base input. A rate the table lacks makes `listed` false.
+    /// by class, the dearest applicable. Above the long-context threshold the
+    /// long-context rates apply; a service tier's declared rates are taken where dearer
+    /// (the ceiling must hold whichever way the vendor reads its own tiers); cache
+    /// writes of a call not at the base rates are priced at the stand-in multiple of its
+    /// input rate, since listed write rates are for base input. A rate the table lacks
+    /// makes `listed` false.
     pub fn rates(&self, input_tokens: u64, tier: TierChoice) -> Applied {
         let base = Rates {
             input_per_mtok: self.input_per_mtok,
             output_per_mtok: self.output_per_mtok,
             cached_input_per_mtok: self.cached_input_per_mtok,
         };
+        let dearer = |a: Rates, b: Rates| Rates {
+            input_per_mtok: a.input_per_mtok.max(b.input_per_mtok),
+            output_per_mtok: a.output_per_mtok.max(b.output_per_mtok),
+            cached_input_per_mtok: match (a.cached_input_per_mtok, b.cached_input_per_mtok) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            },
+        };
+        // Taken class by class with the base rates where dearer, so the rates never fall
+        // as the input grows: a charge for less input than the bound never exceeds the
+        // worst case, whatever an entry declares.
         let mut r = match self.terms.long_context {
-            Some(l) if input_tokens > l.above_input_tokens => l.rates,
+            Some(l) if input_tokens > l.above_input_tokens => dearer(base, l.rates),
             Some(_) | None => base,
         };
         let mut listed = true;
@@ -367,20 +382,14 @@ impl Destination {
                     Vec::new()
                 }
             },
+            TierChoice::AnyDeclared => self.terms.service_tiers.values().copied().collect(),
             TierChoice::Dearest => {
                 listed = false;
                 self.terms.service_tiers.values().copied().collect()
             }
         };
         for t in tiers {
-            r = Rates {
-                input_per_mtok: r.input_per_mtok.max(t.input_per_mtok),
-                output_per_mtok: r.output_per_mtok.max(t.output_per_mtok),
-                cached_input_per_mtok: match (r.cached_input_per_mtok, t.cached_input_per_mtok) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    (a, b) => a.or(b),
-                },
-            };
+            r = dearer(r, t);
         }
         let at_base = r == base;
         let fallback = Rate {
