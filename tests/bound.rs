@@ -470,3 +470,43 @@ async fn prices_the_vendor_bills_are_charged() {
     );
     settle(&g).await;
 }
+
+/// The new model-entry fields are optional (a plan without them keeps its id) and
+/// checked: a malformed tier price is an error at its path, a cap field on an API that
+/// has one cap a warning.
+#[test]
+fn model_entry_fields_are_optional_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |models: &str| {
+        std::fs::write(
+            dir.path().join("set.yaml"),
+            format!(
+                "kind: gateway\ncurrency: USD\n---\nkind: provider\nid: an\napi: anthropic\nbase_url: https://api.anthropic.com/v1\njurisdiction: us\nmodels:\n  c:\n    context_window: 1000\n    input_per_mtok: \"1\"\n    output_per_mtok: \"2\"\n{models}"
+            ),
+        )
+        .unwrap();
+    };
+    write("");
+    let plain = purser::policy::compile_dir(dir.path()).unwrap();
+    assert!(plain.warnings().is_empty());
+    write("    cap_field: max_completion_tokens\n");
+    let warned = purser::policy::compile_dir(dir.path()).unwrap();
+    assert_eq!(
+        warned.warnings().iter().map(|d| d.code).collect::<Vec<_>>(),
+        ["cap-field-unused"]
+    );
+    write("    service_tiers: { priority: { input_per_mtok: \"two\", output_per_mtok: \"4\" } }\n");
+    let e = purser::policy::compile_dir(dir.path()).unwrap_err();
+    assert!(
+        e.0.iter()
+            .any(|d| d.message.contains("service_tiers")
+                || d.at.to_string().contains("service_tiers")),
+        "{e:?}"
+    );
+    // A plan written before these fields keeps its id when none is set.
+    write("    media_tokens: {}\n");
+    assert_eq!(
+        purser::policy::compile_dir(dir.path()).unwrap().id(),
+        plain.id()
+    );
+}

@@ -215,6 +215,21 @@ impl Compiler<'_> {
                 let cached = optional("cached_input_per_mtok", &m.cached_input_per_mtok);
                 let write = optional("cache_write_per_mtok", &m.cache_write_per_mtok);
                 let terms = terms(&doc, &base, m, self.diags);
+                // Only the OpenAI API has two cap fields: elsewhere the field is set by
+                // the translation, and this setting would silently do nothing.
+                if let (Some(_), Api::Anthropic | Api::Gemini) = (m.cap_field, p.api) {
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "cap-field-unused",
+                            doc.at(&format!("{base}/cap_field")),
+                            format!(
+                                "`cap_field` has no effect on a provider with api `{}`: purser always sends its one cap field",
+                                p.api.as_str()
+                            ),
+                        )
+                        .with_help("remove it, or set it on an `api: openai` provider"),
+                    );
+                }
                 if let (Some(i), Some(o), Ok(cached), Ok(write), Some(terms)) =
                     (input, output, cached, write, terms)
                 {
