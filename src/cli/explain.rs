@@ -102,7 +102,7 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
         return ExitCode::SUCCESS;
     };
     let output = max_tokens.unwrap_or(p.max_output_tokens);
-    let strict = p.ceiling.mode == Mode::Hard || !p.budgets.is_empty();
+    let strict = p.needs_proof();
     let _ = writeln!(
         s,
         "1. bounds, per destination over the request as its API receives it: input ≤ {input_bytes} bytes + {messages} × per-message + per-request overhead of that API{}; output ≤ {output} tokens per choice ({})",

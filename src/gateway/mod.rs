@@ -591,10 +591,8 @@ impl Engine {
                 parsed.model.clone(),
             ));
         };
-        // The bound must be a proof wherever money is held to it: under a hard ceiling,
-        // and under any policy with a budget (soft relaxes failover, never the budget:
-        // what a soft request reserves is a real bound too).
-        let strict = policy.ceiling.mode == Mode::Hard || !policy.budgets.is_empty();
+        // The bound must be a proof wherever money is held to it.
+        let strict = policy.needs_proof();
         let needs = |policy: &Policy| match policy.ceiling.mode {
             Mode::Hard => "a hard ceiling needs a provable bound",
             Mode::Soft => "a policy with a budget needs a provable bound",

@@ -373,23 +373,18 @@ impl Destination {
             Some(_) | None => base,
         };
         let mut listed = true;
-        let tiers: Vec<Rates> = match tier {
-            TierChoice::Standard => Vec::new(),
+        let declared = self.terms.service_tiers.values();
+        match tier {
+            TierChoice::Standard => {}
             TierChoice::Tier(t) => match self.terms.service_tiers.get(&t) {
-                Some(x) => vec![*x],
-                None => {
-                    listed = false;
-                    Vec::new()
-                }
+                Some(x) => r = dearer(r, *x),
+                None => listed = false,
             },
-            TierChoice::AnyDeclared => self.terms.service_tiers.values().copied().collect(),
+            TierChoice::AnyDeclared => r = declared.fold(r, |r, x| dearer(r, *x)),
             TierChoice::Dearest => {
                 listed = false;
-                self.terms.service_tiers.values().copied().collect()
+                r = declared.fold(r, |r, x| dearer(r, *x));
             }
-        };
-        for t in tiers {
-            r = dearer(r, t);
         }
         let at_base = r == base;
         let fallback = Rate {
@@ -536,6 +531,15 @@ pub struct Policy {
     pub budgets: Vec<Budget>,
     /// Every model the policy allows, with its route (possibly empty: refused at selection).
     pub routes: BTreeMap<ModelName, Route>,
+}
+
+impl Policy {
+    /// Whether a request's worst case must be a proof: under a hard ceiling, and under
+    /// any budget (`soft` relaxes failover, never the budget, so what a soft request
+    /// reserves is a real bound too). What cannot be bounded is then refused.
+    pub fn needs_proof(&self) -> bool {
+        self.ceiling.mode == Mode::Hard || !self.budgets.is_empty()
+    }
 }
 
 /// The part of the plan that is hashed: everything that decides a request.
