@@ -510,3 +510,49 @@ fn model_entry_fields_are_optional_and_checked() {
         plain.id()
     );
 }
+
+/// `explain` shows what a soft policy with a budget reserves (a real bound), and that a
+/// part with no declared bound is refused there, not counted as a guess.
+#[test]
+fn explain_shows_the_soft_reservation_and_refuses_an_undeclared_part() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("set.yaml"),
+        format!(
+            "kind: gateway\ncurrency: USD\n---\nkind: provider\nid: oa\napi: openai\nbase_url: https://api.openai.com/v1\njurisdiction: us\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"1\"\n    output_per_mtok: \"2\"\n    media_tokens: {{ image: 1000 }}\n---\n{}",
+            policy(
+                "soft",
+                BUDGET,
+                "m",
+                "{ per_request: \"5\", mode: soft }",
+                "budgets: [ { period: day, limit: \"10\" } ]\n"
+            )
+        ),
+    )
+    .unwrap();
+    let explain = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+            .args([
+                "explain",
+                dir.path().to_str().unwrap(),
+                "--policy",
+                "soft",
+                "--model",
+                "m",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // 1000 bytes + 32 + 64 + one image at 1000 tokens, × 1/M; 100 out × 2/M.
+    let s = explain(&["--part", "image"]);
+    assert!(s.contains("2096 in × 1.00/M + 100 out × 2.00/M"), "{s}");
+    assert!(
+        s.contains("reserved in every budget before the call: 0.002296 USD (mode soft"),
+        "{s}"
+    );
+    let s = explain(&["--part", "video"]);
+    assert!(s.contains("refused: invalid_request (400)"), "{s}");
+    assert!(s.contains("media_tokens.video"), "{s}");
+}
