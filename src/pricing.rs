@@ -65,7 +65,7 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
     let mut missing = false;
     let tier = match usage.served_tier {
         Some(ServedTier::Standard) => TierChoice::Standard,
-        Some(ServedTier::Tier(t)) => TierChoice::Tier(t),
+        Some(ServedTier::Tier(t)) => TierChoice::Served(t),
         Some(ServedTier::Unlisted) => TierChoice::Dearest,
         None => bounds.tier_choice(),
     };
@@ -528,6 +528,15 @@ mod tests {
         // Asked for nothing, served at priority (a project default): priority.
         let c = charge(&d, &served(ServedTier::Tier(ServiceTier::Priority)), BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Usage));
+        // Asked for flex: the worst case at the standard rates, which are dearer (the
+        // vendor may serve either); served at flex: flex's own rates, 100 × 1 + 10 × 5.
+        let flex = TokenBounds {
+            tier: TierAsk::Tier(ServiceTier::Flex),
+            ..BOUNDS
+        };
+        assert_eq!(worst_case(&d, flex), money("0.007"));
+        let c = charge(&d, &served(ServedTier::Tier(ServiceTier::Flex)), flex);
+        assert_eq!((c.cost, c.basis), (money("0.00015"), CostBasis::Usage));
         // A tier the table cannot name: the dearest declared, estimated.
         let c = charge(&d, &served(ServedTier::Unlisted), BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));

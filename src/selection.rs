@@ -57,7 +57,7 @@ impl TokenBounds {
         match self.tier {
             TierAsk::VendorPicks => TierChoice::AnyDeclared,
             TierAsk::Standard => TierChoice::Standard,
-            TierAsk::Tier(t) => TierChoice::Tier(t),
+            TierAsk::Tier(t) => TierChoice::Asked(t),
         }
     }
 }

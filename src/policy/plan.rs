@@ -229,7 +229,12 @@ pub struct Rate {
 pub enum TierChoice {
     /// The standard tier (`service_tier: default`, or an answer saying so).
     Standard,
-    Tier(ServiceTier),
+    /// Asked for: its rates, or the standard ones where dearer (the ceiling must hold
+    /// whichever tier the vendor ends up serving).
+    Asked(ServiceTier),
+    /// Said served by the answer: its own rates (a tier without declared rates: the
+    /// dearest known, `listed` false).
+    Served(ServiceTier),
     /// The vendor picks (no `service_tier`, or `auto`: a project's default tier may be
     /// priority): the dearest of the standard and every declared tier.
     AnyDeclared,
@@ -376,9 +381,19 @@ impl Destination {
         let declared = self.terms.service_tiers.values();
         match tier {
             TierChoice::Standard => {}
-            TierChoice::Tier(t) => match self.terms.service_tiers.get(&t) {
+            TierChoice::Asked(t) => match self.terms.service_tiers.get(&t) {
                 Some(x) => r = dearer(r, *x),
                 None => listed = false,
+            },
+            TierChoice::Served(t) => match self.terms.service_tiers.get(&t) {
+                // Billed at its own rates (flex below the standard ones); above the
+                // long-context threshold, the dearer of the two.
+                Some(x) if r == base => r = *x,
+                Some(x) => r = dearer(r, *x),
+                None => {
+                    listed = false;
+                    r = declared.fold(r, |r, x| dearer(r, *x));
+                }
             },
             TierChoice::AnyDeclared => r = declared.fold(r, |r, x| dearer(r, *x)),
             TierChoice::Dearest => {
