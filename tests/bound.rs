@@ -76,6 +76,10 @@ fn docs(v: &Vendors) -> Vec<String> {
     context_window: 128000
     input_per_mtok: "0.55"
     output_per_mtok: "2.19"
+  d:
+    context_window: 128000
+    input_per_mtok: "1"
+    output_per_mtok: "0"
   pt:
     context_window: 128000
     input_per_mtok: "1"
@@ -95,6 +99,11 @@ fn docs(v: &Vendors) -> Vec<String> {
     output_per_mtok: "0"
     cache_write_per_mtok: "625"
     cache_write_1h_per_mtok: "1000"
+  d:
+    context_window: 200000
+    input_per_mtok: "0.45"
+    output_per_mtok: "0"
+    cache_write_1h_per_mtok: "0.9"
   c1h:
     context_window: 200000
     input_per_mtok: "3"
@@ -143,7 +152,7 @@ fn docs(v: &Vendors) -> Vec<String> {
         policy(
             "loose",
             LOOSE,
-            "m, o3, g4, cf, gp, gl",
+            "m, o3, g4, cf, gp, gl, d",
             "{ per_request: \"5\", mode: soft }",
             "",
         ),
@@ -555,4 +564,21 @@ fn explain_shows_the_soft_reservation_and_refuses_an_undeclared_part() {
     let s = explain(&["--part", "video"]);
     assert!(s.contains("refused: invalid_request (400)"), "{s}");
     assert!(s.contains("media_tokens.video"), "{s}");
+}
+
+/// Selection bounds the request per destination: the same request is a different body
+/// at each API. Without tools Anthropic (0.90/M at its dearest input class) is the
+/// cheaper home for `d`; with one tool its 530-token tool-use prompt makes OpenAI
+/// (1/M, 256 for a tool preamble) the cheaper one.
+#[tokio::test]
+async fn each_destination_is_bounded_on_what_it_receives() {
+    let g = gateway().await;
+    let (status, v, h) = post(&g, LOOSE, ask("d", json!("hi"), json!({}))).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(h["x-purser-provider"], "an");
+    let tool = json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]});
+    let (status, v, h) = post(&g, LOOSE, ask("d", json!("hi"), tool)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(h["x-purser-provider"], "oa");
+    settle(&g).await;
 }
