@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use crate::money::Money;
-use crate::policy::plan::Destination;
+use crate::policy::plan::{Destination, TierChoice};
 use crate::selection::TokenBounds;
-use crate::upstream::Usage;
+use crate::upstream::{ServedTier, Usage};
 
 /// How an attempt's cost was reached (the ledger's `cost_basis`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -45,37 +45,68 @@ pub struct Charge {
 
 /// Price a success (or the part of a stream that was delivered) from its usage.
 ///
-/// Each reported class is priced at its rate: plain input at the input rate, cache
-/// reads and writes at theirs (a rate the table lacks at its stand-in, making the cost
-/// `estimated`), output (reasoning included) at the output rate. What the vendor did
-/// not report is charged so that a missing figure never lowers the cost:
+/// The rates are those of the call as billed: the tier the answer says it was served
+/// at (else the one the request asked for), the long-context rates when the input
+/// billed (else its bound) passes their threshold. Each reported class is priced at its
+/// rate: plain input at the input rate, cache reads and writes (5-minute and 1-hour)
+/// at theirs, output (reasoning included) at the output rate. A rate the table lacks
+/// is charged at its stand-in (a served tier with no declared rates: the dearest
+/// declared), making the cost `estimated`. What the vendor did not report is charged
+/// so that a missing figure never lowers the cost:
 /// - a missing input or output total is charged at its bound, input at the dearest
 ///   input-side rate, exactly as the worst case prices it;
 /// - input whose breakdown is missing (say, no cache-write count from a vendor that
-///   bills cache writes) is priced at the dearest rate it could hide.
+///   bills cache writes, or no split of writes by lifetime) is priced at the dearest
+///   rate it could hide.
 ///
 /// Either makes the basis `worst_case`, which outranks `estimated`, which outranks
 /// `usage`. For usage within the bounds the cost never exceeds the worst case.
 pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge {
     let mut missing = false;
-    let mut estimated = false;
+    let tier = match usage.served_tier {
+        Some(ServedTier::Standard) => TierChoice::Standard,
+        Some(ServedTier::Tier(t)) => TierChoice::Served(t),
+        Some(ServedTier::Unlisted) => TierChoice::Dearest,
+        None => bounds.tier_choice(),
+    };
+    let rates = dest.rates(usage.input.unwrap_or(bounds.input), tier);
+    // The vendor picked the tier and did not say which: the dearest declared one is a
+    // guess at what was billed.
+    let guessed = tier == TierChoice::AnyDeclared && !dest.terms.service_tiers.is_empty();
+    let mut estimated = !rates.listed || guessed;
     let input_cost = match usage.input {
         None => {
             missing = true;
-            dest.input_rate_ceiling().cost_of(bounds.input)
+            rates.input_ceiling().cost_of(bounds.input)
         }
         Some(total) => {
-            let cached = dest.cached_input_rate();
-            let write = dest.cache_write_rate();
+            let (cached, write, write_1h) = (rates.cached, rates.write, rates.write_1h);
             let reads = usage.cached_input.unwrap_or(0);
             let writes = usage.cache_write.unwrap_or(0);
+            // Writes by lifetime: the 1-hour ones as reported (more than the total
+            // reported is charged as reported), the rest 5-minute. Without the split,
+            // every write may be a 1-hour one where the destination bills them.
+            let (short, long) = match usage.cache_write_1h {
+                // A destination that bills no 1-hour writes bills every write as one.
+                Some(_) if !rates.bills_1h_writes => (writes, 0),
+                Some(h) => (writes.saturating_sub(h), h),
+                None if rates.bills_1h_writes
+                    && writes > 0
+                    && write_1h.per_mtok > write.per_mtok =>
+                {
+                    missing = true;
+                    (0, writes)
+                }
+                None => (writes, 0),
+            };
             // Tokens not broken out as reads or writes. Should the parts exceed the total
             // (a vendor inconsistency), the parts are charged as reported: the larger.
-            let plain = total.saturating_sub(reads.saturating_add(writes));
-            let mut plain_rate = dest.input_per_mtok;
+            let plain = total.saturating_sub(reads.saturating_add(short).saturating_add(long));
+            let mut plain_rate = rates.input;
             let hidden = [
                 (usage.cached_input, cached, true),
-                (usage.cache_write, write, dest.bills_cache_writes()),
+                (usage.cache_write, write, rates.bills_writes),
+                (usage.cache_write, write_1h, rates.bills_1h_writes),
             ];
             for (reported, rate, possible) in hidden {
                 // An unreported part may hide in the plain tokens: price them at its
@@ -85,21 +116,24 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
                     missing = true;
                 }
             }
-            if (reads > 0 && !cached.listed) || (writes > 0 && !write.listed) {
+            if (reads > 0 && !cached.listed)
+                || (short > 0 && !write.listed)
+                || (long > 0 && !write_1h.listed)
+            {
                 estimated = true;
             }
             plain_rate.cost_of(plain)
                 + cached.per_mtok.cost_of(reads)
-                + write.per_mtok.cost_of(writes)
+                + write.per_mtok.cost_of(short)
+                + write_1h.per_mtok.cost_of(long)
         }
     };
-    let output_cost = dest
-        .output_per_mtok
-        .cost_of(usage.output.unwrap_or_else(|| {
-            missing = true;
-            // Every choice may have reached the cap: the bound the worst case priced.
-            bounds.total_output()
-        }));
+    let output_cost = rates.output.cost_of(usage.output.unwrap_or_else(|| {
+        missing = true;
+        // Every choice may have reached the cap, and reasoning beyond it: the bound
+        // the worst case priced.
+        bounds.total_output()
+    }));
     let basis = if missing {
         CostBasis::WorstCase
     } else if estimated {
@@ -120,7 +154,8 @@ mod tests {
     use super::*;
     use crate::ids::{Jurisdiction, ModelName, ProviderId};
     use crate::money::PricePerMTok;
-    use crate::policy::plan::{Api, Tier};
+    use crate::policy::plan::{Api, LongContext, ModelTerms, Rates, ServiceTier, Tier};
+    use crate::selection::{TierAsk, worst_case};
     use proptest::prelude::*;
 
     fn price(s: &str) -> PricePerMTok {
@@ -145,6 +180,7 @@ mod tests {
             output_per_mtok: price("10"),
             cached_input_per_mtok: cached.map(price),
             cache_write_per_mtok: write.map(price),
+            terms: Default::default(),
         }
     }
 
@@ -152,6 +188,8 @@ mod tests {
         input: 1_000,
         output: 500,
         choices: 1,
+        reasoning: 0,
+        tier: TierAsk::VendorPicks,
     };
 
     fn full(input: u64, cached: u64, write: u64, output: u64) -> Usage {
@@ -161,6 +199,8 @@ mod tests {
             cache_write: Some(write),
             output: Some(output),
             reasoning: None,
+            cache_write_1h: Some(0),
+            served_tier: None,
         }
     }
 
@@ -337,6 +377,8 @@ mod tests {
             input: 1_000_000,
             output: 0,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
@@ -344,19 +386,28 @@ mod tests {
             worst_case(&dest(Api::Gemini, Some("0.5"), None), b),
             money("2")
         );
-        // Anthropic bills them: the listed rate, or the 2× stand-in.
+        // Anthropic bills them, 5-minute and 1-hour: the dearer listed rate, or the
+        // 2× stand-in of a 1-hour write that is not listed.
         assert_eq!(worst_case(&dest(Api::Anthropic, None, None), b), money("4"));
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, Some("2.5")), b),
-            money("2.5")
+            money("4")
         );
+        let listed_1h = Destination {
+            terms: ModelTerms {
+                cache_write_1h_per_mtok: Some(price("3")),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Anthropic, None, Some("2.5"))
+        };
+        assert_eq!(worst_case(&listed_1h, b), money("3"));
         // A listed rate counts whatever the API; one below input changes nothing.
         assert_eq!(
             worst_case(&dest(Api::Openai, None, Some("3")), b),
             money("3")
         );
         assert_eq!(
-            worst_case(&dest(Api::Anthropic, None, Some("1")), b),
+            worst_case(&dest(Api::Openai, None, Some("1")), b),
             money("2")
         );
         // Output is priced at the output rate alone: reasoning is output.
@@ -364,11 +415,182 @@ mod tests {
             input: 0,
             output: 1_000_000,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, None), out),
             money("10")
         );
+    }
+
+    fn rates(i: &str, o: &str) -> Rates {
+        Rates {
+            input_per_mtok: price(i),
+            output_per_mtok: price(o),
+            cached_input_per_mtok: None,
+        }
+    }
+
+    /// Gemini 2.5 Pro: 1.25/10 up to 200k input, 2.50/15 above.
+    fn long_context() -> Destination {
+        Destination {
+            input_per_mtok: price("1.25"),
+            output_per_mtok: price("10"),
+            terms: ModelTerms {
+                long_context: Some(LongContext {
+                    above_input_tokens: 200_000,
+                    rates: rates("2.50", "15"),
+                }),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Gemini, None, None)
+        }
+    }
+
+    #[test]
+    fn long_context_rates_apply_above_their_threshold_to_worst_case_and_charge() {
+        let d = long_context();
+        let small = TokenBounds {
+            input: 200_000,
+            output: 1_000,
+            ..BOUNDS
+        };
+        // 200k × 1.25/M + 1k × 10/M
+        assert_eq!(worst_case(&d, small), money("0.26"));
+        let large = TokenBounds {
+            input: 300_000,
+            ..small
+        };
+        // 300k × 2.50/M + 1k × 15/M
+        assert_eq!(worst_case(&d, large), money("0.765"));
+        // Billed input decides the tier: below the threshold, the base rates.
+        let c = charge(&d, &full(100_000, 0, 0, 1_000), large);
+        assert_eq!(c.cost, money("0.135"));
+        assert_eq!(c.basis, CostBasis::Usage);
+        let c = charge(&d, &full(250_000, 0, 0, 1_000), large);
+        assert_eq!(c.cost, money("0.64"));
+        // No input figure: the bound, and its tier.
+        let u = Usage {
+            input: None,
+            ..full(0, 0, 0, 1_000)
+        };
+        assert_eq!(charge(&d, &u, large).cost, money("0.765"));
+    }
+
+    fn tiered() -> Destination {
+        Destination {
+            terms: ModelTerms {
+                service_tiers: [
+                    (ServiceTier::Priority, rates("4", "20")),
+                    (ServiceTier::Flex, rates("1", "5")),
+                ]
+                .into_iter()
+                .collect(),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Openai, None, None)
+        }
+    }
+
+    #[test]
+    fn the_served_tier_is_charged_and_an_unnamed_one_at_the_dearest_estimated() {
+        let d = tiered();
+        let priority = TokenBounds {
+            tier: TierAsk::Tier(ServiceTier::Priority),
+            ..BOUNDS
+        };
+        // The worst case of a priority request is at priority rates: 1000 × 4 + 500 × 20.
+        assert_eq!(worst_case(&d, priority), money("0.014"));
+        let u = full(100, 0, 0, 10);
+        // Asked for priority, nothing said: priority.
+        assert_eq!(charge(&d, &u, priority).cost, money("0.0006"));
+        // Asked for nothing (or `auto`): the vendor picks, so the worst case is at the
+        // dearest declared tier, and an answer that does not say is charged there,
+        // estimated. Asked for `default`: the standard rates.
+        assert_eq!(worst_case(&d, BOUNDS), money("0.014"));
+        let c = charge(&d, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
+        let standard = TokenBounds {
+            tier: TierAsk::Standard,
+            ..BOUNDS
+        };
+        assert_eq!(worst_case(&d, standard), money("0.007"));
+        let c = charge(&d, &u, standard);
+        assert_eq!((c.cost, c.basis), (money("0.0003"), CostBasis::Usage));
+        // Asked for priority, served at the standard tier: standard.
+        let served = |t| Usage {
+            served_tier: Some(t),
+            ..u
+        };
+        let c = charge(&d, &served(ServedTier::Standard), priority);
+        assert_eq!((c.cost, c.basis), (money("0.0003"), CostBasis::Usage));
+        // Asked for nothing, served at priority (a project default): priority.
+        let c = charge(&d, &served(ServedTier::Tier(ServiceTier::Priority)), BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Usage));
+        // Asked for flex: the worst case at the standard rates, which are dearer (the
+        // vendor may serve either); served at flex: flex's own rates, 100 × 1 + 10 × 5.
+        let flex = TokenBounds {
+            tier: TierAsk::Tier(ServiceTier::Flex),
+            ..BOUNDS
+        };
+        assert_eq!(worst_case(&d, flex), money("0.007"));
+        let c = charge(&d, &served(ServedTier::Tier(ServiceTier::Flex)), flex);
+        assert_eq!((c.cost, c.basis), (money("0.00015"), CostBasis::Usage));
+        // A tier the table cannot name: the dearest declared, estimated.
+        let c = charge(&d, &served(ServedTier::Unlisted), BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
+        // A named tier without rates on this entry: the base rates, estimated.
+        let plain = dest(Api::Openai, None, None);
+        let c = charge(
+            &plain,
+            &served(ServedTier::Tier(ServiceTier::Priority)),
+            BOUNDS,
+        );
+        assert_eq!((c.cost, c.basis), (money("0.0003"), CostBasis::Estimated));
+    }
+
+    #[test]
+    fn one_hour_cache_writes_at_their_rate_and_an_unsplit_write_at_the_dearer() {
+        let d = Destination {
+            terms: ModelTerms {
+                cache_write_1h_per_mtok: Some(price("4")),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Anthropic, Some("0.2"), Some("2.5"))
+        };
+        // 1000 written, 400 of them for an hour: 600 × 2.5 + 400 × 4, per M.
+        let u = Usage {
+            cache_write_1h: Some(400),
+            ..full(1_000, 0, 1_000, 0)
+        };
+        let c = charge(&d, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0031"), CostBasis::Usage));
+        // Without the split, every write may be a 1-hour one.
+        let u = Usage {
+            cache_write_1h: None,
+            ..u
+        };
+        let c = charge(&d, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.004"), CostBasis::WorstCase));
+    }
+
+    #[test]
+    fn reasoning_beyond_the_cap_is_in_the_output_bound() {
+        let d = dest(Api::Openai, None, None);
+        let b = TokenBounds {
+            input: 0,
+            output: 1_000,
+            reasoning: 32_768,
+            ..BOUNDS
+        };
+        // (1000 + 32768) × 10/M
+        assert_eq!(worst_case(&d, b), money("0.33768"));
+        let no_output = Usage {
+            output: None,
+            ..full(0, 0, 0, 0)
+        };
+        assert_eq!(charge(&d, &no_output, b).cost, money("0.33768"));
     }
 
     #[test]
@@ -384,21 +606,47 @@ mod tests {
         })
     }
 
+    fn any_rates() -> impl Strategy<Value = Rates> {
+        (rate(), rate(), proptest::option::of(rate())).prop_map(|(i, o, c)| Rates {
+            input_per_mtok: i,
+            output_per_mtok: o,
+            cached_input_per_mtok: c,
+        })
+    }
+
+    /// Any rates, including long-context tiers (at any threshold, cheaper or dearer
+    /// than the base), service tiers and 1-hour cache writes.
     fn any_dest() -> impl Strategy<Value = Destination> {
         (
             prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
-            rate(),
-            rate(),
+            (rate(), rate()),
             proptest::option::of(rate()),
             proptest::option::of(rate()),
+            proptest::option::of(rate()),
+            proptest::option::of((0u64..3_000_000, any_rates())),
+            proptest::option::of(any_rates()),
         )
-            .prop_map(|(api, input, output, cached, write)| Destination {
-                input_per_mtok: input,
-                output_per_mtok: output,
-                cached_input_per_mtok: cached,
-                cache_write_per_mtok: write,
-                ..dest(api, None, None)
-            })
+            .prop_map(
+                |(api, (input, output), cached, write, write_1h, long, priority)| Destination {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                    cached_input_per_mtok: cached,
+                    cache_write_per_mtok: write,
+                    terms: ModelTerms {
+                        cache_write_1h_per_mtok: write_1h,
+                        long_context: long.map(|(above, rates)| LongContext {
+                            above_input_tokens: above,
+                            rates,
+                        }),
+                        service_tiers: priority
+                            .map(|r| (ServiceTier::Priority, r))
+                            .into_iter()
+                            .collect(),
+                        ..ModelTerms::default()
+                    },
+                    ..dest(api, None, None)
+                },
+            )
     }
 
     /// Usage within the bounds: the parts fit in the input total, reasoning in the
@@ -422,22 +670,36 @@ mod tests {
                     cache_write: keep(2, written),
                     output: keep(3, output),
                     reasoning: keep(4, thoughts),
+                    cache_write_1h: keep(5, written / 2),
+                    served_tier: None,
                 }
             })
     }
 
     fn dest_usage_bounds() -> impl Strategy<Value = (Destination, Usage, TokenBounds)> {
-        (any_dest(), 0u64..2_000_000, 0u64..200_000, 0u64..4).prop_flat_map(
-            |(d, input, output, choices)| {
+        (
+            any_dest(),
+            0u64..2_000_000,
+            (0u64..200_000, 0u64..40_000),
+            0u64..4,
+            any::<bool>(),
+        )
+            .prop_flat_map(|(d, input, (output, reasoning), choices, priority)| {
                 let b = TokenBounds {
                     input,
                     output,
                     choices,
+                    reasoning,
+                    // Only a declared tier is bounded (the gateway refuses the others).
+                    tier: if priority && !d.terms.service_tiers.is_empty() {
+                        TierAsk::Tier(ServiceTier::Priority)
+                    } else {
+                        TierAsk::VendorPicks
+                    },
                 };
                 let writes = d.bills_cache_writes();
                 (Just(d), usage_within(writes, b), Just(b))
-            },
-        )
+            })
     }
 
     proptest! {
@@ -478,6 +740,8 @@ mod tests {
                 cache_write: u.cache_write.or(Some(0)),
                 output: u.output.or(Some(0)),
                 reasoning: u.reasoning,
+                cache_write_1h: u.cache_write_1h.or(Some(0)),
+                served_tier: None,
             };
             prop_assert_ne!(charge(&d, &complete, b).basis, CostBasis::WorstCase);
         }

@@ -6,45 +6,79 @@
 use serde::Serialize;
 
 use crate::money::Money;
-use crate::policy::plan::{Ceiling, Destination, OnExceed, Route};
+use crate::policy::plan::{Ceiling, Destination, OnExceed, Route, ServiceTier, TierChoice};
 
-/// Tokens added per message for role markers and chat-template framing. Generous on
-/// purpose: OpenAI documents 3-4, Anthropic and Gemini templates a few more.
-pub const PER_MESSAGE_OVERHEAD: u64 = 32;
-/// Tokens added once per request (reply priming, tool preamble framing).
-pub const PER_REQUEST_OVERHEAD: u64 = 64;
-
-/// Upper bounds on the tokens one call can consume.
+/// Upper bounds on the tokens one call to one destination can consume. Computed per
+/// destination (`select`'s `bounds_of`): the input bound is over the body as that
+/// destination's API receives it, and the reasoning a model bills beyond its cap is
+/// its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct TokenBounds {
     pub input: u64,
     /// Per choice: the cap forwarded to the vendor.
     pub output: u64,
+    /// Per choice: reasoning the model may bill beyond the cap (0 when none).
+    pub reasoning: u64,
     /// Choices asked for (`n`): each may reach the output cap.
     pub choices: u64,
+    /// The service tier the request asks for.
+    pub tier: TierAsk,
+}
+
+/// The service tier a request asks for (its `service_tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierAsk {
+    /// None, or `auto`: the vendor picks (a project's default tier may be priority),
+    /// so any tier the model entry declares may be served.
+    VendorPicks,
+    /// `default`: the standard tier.
+    Standard,
+    Tier(ServiceTier),
 }
 
 impl TokenBounds {
-    /// Output tokens of every choice together: what the output side can cost.
+    /// Output tokens of every choice together, reasoning beyond the cap included: what
+    /// the output side can cost.
     pub fn total_output(&self) -> u64 {
-        self.output.saturating_mul(self.choices.max(1))
+        self.output
+            .saturating_add(self.reasoning)
+            .saturating_mul(self.choices.max(1))
+    }
+
+    /// Tokens of context the call can fill: input, and one choice's output.
+    pub fn context_needed(&self) -> u64 {
+        self.input
+            .saturating_add(self.output)
+            .saturating_add(self.reasoning)
+    }
+
+    pub fn tier_choice(&self) -> TierChoice {
+        match self.tier {
+            TierAsk::VendorPicks => TierChoice::AnyDeclared,
+            TierAsk::Standard => TierChoice::Standard,
+            TierAsk::Tier(t) => TierChoice::Asked(t),
+        }
     }
 }
 
-/// Provable input-token bound: no byte-level tokenizer emits more tokens than UTF-8
-/// bytes, so bytes of all text sent plus fixed framing bounds every tokenizer.
-pub fn input_bound(text_bytes: u64, messages: u64) -> u64 {
-    text_bytes
-        .saturating_add(messages.saturating_mul(PER_MESSAGE_OVERHEAD))
-        .saturating_add(PER_REQUEST_OVERHEAD)
+/// A request whose cost at a destination cannot be bounded: the part or field, and
+/// what it is. Under a hard ceiling or a budget it is refused with `invalid_request`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unbounded {
+    /// Where in the client's request (OpenAI's `param`): `messages[2].content[0]`.
+    pub param: String,
+    /// What it is and why it has no bound, for the message.
+    pub what: String,
 }
 
-/// Worst-case cost of one call to `d` with these bounds.
+/// Worst-case cost of one call to `d` with these bounds: input at the dearest rate any
+/// input token may be billed at (cache writes of either lifetime, the long-context
+/// tier its input bound reaches, the service tier asked for), output, reasoning beyond
+/// the cap included, at the output rate of the same tier.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    // Any input token may be billed in any input-side class (a cache write can cost
-    // more than plain input), so the input bound is priced at the dearest of them.
-    // Reasoning tokens are output tokens, already inside the output bound.
-    d.input_rate_ceiling().cost_of(b.input) + d.output_per_mtok.cost_of(b.total_output())
+    let r = d.rates(b.input, b.tier_choice());
+    r.input_ceiling().cost_of(b.input) + r.output.cost_of(b.total_output())
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -63,12 +97,16 @@ pub enum Verdict {
         ceiling: Money,
     },
     CircuitOpen,
+    /// The request's cost there cannot be bounded (a part with no declared bound).
+    Unbounded(Unbounded),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Considered {
     pub destination: Destination,
-    pub worst_case: Money,
+    /// `None` when the request cannot be bounded there.
+    pub bounds: Option<TokenBounds>,
+    pub worst_case: Option<Money>,
     pub verdict: Verdict,
 }
 
@@ -76,6 +114,10 @@ pub struct Considered {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AlternateFit {
     pub destination: Destination,
+    /// The alternate's own bounds (`Err`: the request cannot be bounded there, and
+    /// `fits` is false).
+    pub bounds: Result<TokenBounds, Unbounded>,
+    /// Zero when `bounds` is `Err`: never reserved, since it does not fit.
     pub worst_case: Money,
     pub fits: bool,
 }
@@ -87,6 +129,7 @@ pub struct Selected {
     /// True when every fitting candidate's circuit is open: the attempt is recorded as
     /// `circuit_open` with no call made.
     pub circuit_open: bool,
+    /// The primary's bounds.
     pub bounds: TokenBounds,
     /// `Some(original)` when `on_exceed: clamp` lowered the output bound to fit.
     pub clamped_from: Option<u64>,
@@ -94,11 +137,28 @@ pub struct Selected {
     pub considered: Vec<Considered>,
 }
 
+impl Selected {
+    /// The bounds a call to `d` (the primary or the alternate) was proved with: what a
+    /// missing usage figure of its attempt is charged at.
+    pub fn bounds_for(&self, d: &Destination) -> TokenBounds {
+        match &self.alternate {
+            Some(AlternateFit {
+                destination,
+                bounds: Ok(b),
+                ..
+            }) if destination == d && *d != self.primary => *b,
+            Some(_) | None => self.bounds,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "refusal", rename_all = "snake_case")]
 pub enum Refusal {
     /// No destination serves the model in the policy's jurisdictions.
     NoDestination,
+    /// No destination can bound the request's cost: the first candidate's reason.
+    Unbounded(Unbounded),
     /// Some destination exists, but none fits the ceiling (or the context window).
     DoesNotFit {
         cheapest_worst_case: Option<Money>,
@@ -110,46 +170,57 @@ pub enum Refusal {
 /// 0.0009288`, amounts in the currency's minor units. One wording for `explain` and
 /// for the refusal a client reads.
 pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
-    // With `n` choices each may reach the output cap: say so, so the sum adds up.
-    let out = if b.choices > 1 {
-        format!("{} × {}", b.choices, b.output)
+    let per_choice = if b.reasoning > 0 {
+        format!("({} + {} reasoning)", b.output, b.reasoning)
     } else {
         b.output.to_string()
     };
+    // With `n` choices each may reach the output cap: say so, so the sum adds up.
+    let out = if b.choices > 1 {
+        format!("{} × {per_choice}", b.choices)
+    } else {
+        per_choice
+    };
+    let r = d.rates(b.input, b.tier_choice());
     format!(
         "{} in × {}/M + {out} out × {}/M = {}",
         b.input,
         // The dearest input-side rate: the one the worst case is proved with.
-        d.input_rate_ceiling().for_people(currency),
-        d.output_per_mtok.for_people(currency),
+        r.input_ceiling().for_people(currency),
+        r.output.for_people(currency),
         worst_case(d, b).for_people(currency)
     )
 }
 
 /// The message a client reads when no candidate fits the ceiling: the ceiling and each
-/// candidate's arithmetic (or its window), so the refusal explains itself.
-pub fn does_not_fit_message(
-    ceiling: Money,
-    currency: &str,
-    bounds: TokenBounds,
-    considered: &[Considered],
-) -> String {
+/// candidate's arithmetic (or its window, or what cannot be bounded there), so the
+/// refusal explains itself.
+pub fn does_not_fit_message(ceiling: Money, currency: &str, considered: &[Considered]) -> String {
     let detail: Vec<String> = considered
         .iter()
-        .map(|c| match &c.verdict {
-            Verdict::ContextTooSmall { needed, window } => format!(
-                "{}: needs {needed} tokens, window {window}",
-                c.destination.label()
-            ),
-            Verdict::Chosen
-            | Verdict::NotNeeded
-            | Verdict::OverCeiling { .. }
-            | Verdict::CircuitOpen => {
-                format!(
-                    "{}: {}",
-                    c.destination.label(),
-                    arithmetic(&c.destination, bounds, currency)
-                )
+        .map(|c| {
+            let label = c.destination.label();
+            match (&c.verdict, c.bounds) {
+                (Verdict::ContextTooSmall { needed, window }, _) => {
+                    format!("{label}: needs {needed} tokens, window {window}")
+                }
+                (Verdict::Unbounded(u), _) => {
+                    format!("{label}: `{}` cannot be bounded ({})", u.param, u.what)
+                }
+                (
+                    Verdict::Chosen
+                    | Verdict::NotNeeded
+                    | Verdict::OverCeiling { .. }
+                    | Verdict::CircuitOpen,
+                    Some(b),
+                ) => format!("{label}: {}", arithmetic(&c.destination, b, currency)),
+                (
+                    Verdict::Chosen
+                    | Verdict::NotNeeded
+                    | Verdict::OverCeiling { .. }
+                    | Verdict::CircuitOpen,
+                    None,
+                ) => format!("{label}: no bound"),
             }
         })
         .collect();
@@ -160,25 +231,38 @@ pub fn does_not_fit_message(
     )
 }
 
+/// A candidate with the bounds of this request there.
+type Bounded = (Destination, Result<TokenBounds, Unbounded>);
+
 /// Candidates in selection order: pool first (plan order), then accounts cheapest-first
-/// for this request's bounds (ties by provider id, so the order is stable).
-pub fn ordered(route: &Route, bounds: TokenBounds) -> Vec<(Destination, Money)> {
-    let mut accounts: Vec<(Destination, Money)> = route
+/// for this request's bounds at each (ties by provider id, so the order is stable);
+/// candidates where the request cannot be bounded last.
+pub fn ordered(
+    route: &Route,
+    bounds_of: impl Fn(&Destination) -> Result<TokenBounds, Unbounded>,
+) -> Vec<Bounded> {
+    let wc = |(d, b): &Bounded| b.as_ref().ok().map(|b| worst_case(d, *b));
+    let mut accounts: Vec<Bounded> = route
         .accounts
         .iter()
-        .map(|d| (d.clone(), worst_case(d, bounds)))
+        .map(|d| (d.clone(), bounds_of(d)))
         .collect();
-    accounts.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.provider.cmp(&b.0.provider)));
+    accounts.sort_by(|a, b| match (wc(a), wc(b)) {
+        (Some(x), Some(y)) => x.cmp(&y).then_with(|| a.0.provider.cmp(&b.0.provider)),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.0.provider.cmp(&b.0.provider),
+    });
     route
         .pool
         .iter()
-        .map(|d| (d.clone(), worst_case(d, bounds)))
+        .map(|d| (d.clone(), bounds_of(d)))
         .chain(accounts)
         .collect()
 }
 
 fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Option<Verdict> {
-    let needed = b.input.saturating_add(b.output);
+    let needed = b.context_needed();
     if needed > d.context_window {
         return Some(Verdict::ContextTooSmall {
             needed,
@@ -194,88 +278,119 @@ fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Opt
     None
 }
 
-/// The largest per-choice output bound (≥ 1) that makes a call to `d` with `choices`
-/// choices fit the ceiling and the window.
-pub fn clamp_output(
-    d: &Destination,
-    input: u64,
-    choices: u64,
-    ceiling: Money,
-    requested: u64,
-) -> Option<u64> {
-    let input_cost = d.input_rate_ceiling().cost_of(input);
-    if input_cost > ceiling || input >= d.context_window {
+/// The largest per-choice output cap (≥ 1) that makes a call to `d` with bounds `b`
+/// fit the ceiling and the window, no larger than `b.output`. Reasoning beyond the cap
+/// is not the cap's to clamp: it stays in the bound.
+pub fn clamp_output(d: &Destination, b: TokenBounds, ceiling: Money) -> Option<u64> {
+    let r = d.rates(b.input, b.tier_choice());
+    let fixed = r.input_ceiling().cost_of(b.input)
+        + r.output
+            .cost_of(b.reasoning.saturating_mul(b.choices.max(1)));
+    let base = b.input.saturating_add(b.reasoning);
+    if fixed > ceiling || base >= d.context_window {
         return None;
     }
-    let room = ceiling.saturating_sub(input_cost);
+    let room = ceiling.saturating_sub(fixed);
     // One more output token per choice costs `choices` tokens.
-    let per_token = d.output_per_mtok.cost_of(choices.max(1));
+    let per_token = r.output.cost_of(b.choices.max(1));
     let by_money = if per_token.is_positive() {
         let n = (room.decimal() / per_token.decimal()).floor();
         u64::try_from(n).unwrap_or(u64::MAX)
     } else {
         u64::MAX
     };
-    let by_window = d.context_window - input;
-    let out = requested.min(by_money).min(by_window);
+    let by_window = d.context_window - base;
+    let out = b.output.min(by_money).min(by_window);
     (out >= 1).then_some(out)
 }
 
 /// Select the primary for a request: the first candidate that fits and whose circuit is
 /// closed; if every fitting candidate is open, the first fitting one (recorded as
-/// `circuit_open`).
+/// `circuit_open`). `bounds_of` gives the request's bounds at each destination, or
+/// what cannot be bounded there.
 pub fn select(
     route: &Route,
     ceiling: &Ceiling,
-    bounds: TokenBounds,
+    bounds_of: impl Fn(&Destination) -> Result<TokenBounds, Unbounded>,
     circuit_open: impl Fn(&Destination) -> bool,
 ) -> Result<Selected, Refusal> {
     if route.is_empty() {
         return Err(Refusal::NoDestination);
     }
-    let (chosen, considered, bounds, clamped_from) =
-        match pick(route, ceiling, bounds, &circuit_open) {
-            Ok((i, considered)) => (i, considered, bounds, None),
-            Err(considered) => {
-                let clamped = match ceiling.on_exceed {
-                    OnExceed::Reject => None,
-                    OnExceed::Clamp => ordered(route, bounds).iter().find_map(|(d, _)| {
-                        clamp_output(
-                            d,
-                            bounds.input,
-                            bounds.choices,
-                            ceiling.per_request,
-                            bounds.output,
-                        )
-                        .map(|out| TokenBounds {
-                            output: out,
-                            ..bounds
-                        })
-                    }),
-                };
-                match clamped
-                    .and_then(|b| pick(route, ceiling, b, &circuit_open).ok().map(|r| (r, b)))
-                {
-                    Some(((i, considered), b)) => (i, considered, b, Some(bounds.output)),
-                    None => {
-                        let cheapest = considered.iter().map(|c| c.worst_case).min();
-                        return Err(Refusal::DoesNotFit {
-                            cheapest_worst_case: cheapest,
-                            considered,
+    let candidates = ordered(route, &bounds_of);
+    if candidates.iter().all(|(_, b)| b.is_err())
+        && let Some((_, Err(u))) = candidates.first()
+    {
+        return Err(Refusal::Unbounded(u.clone()));
+    }
+    let (chosen, considered, clamped_from) = match pick(&candidates, ceiling, &circuit_open) {
+        Ok((i, considered)) => (i, considered, None),
+        Err(considered) => {
+            let clamped = match ceiling.on_exceed {
+                OnExceed::Reject => None,
+                OnExceed::Clamp => candidates.iter().find_map(|(d, b)| {
+                    let b = b.as_ref().ok()?;
+                    clamp_output(d, *b, ceiling.per_request).map(|out| (out, b.output))
+                }),
+            };
+            let retry = clamped.and_then(|(out, from)| {
+                let lowered: Vec<Bounded> = candidates
+                    .iter()
+                    .map(|(d, b)| {
+                        let b = b.clone().map(|b| TokenBounds {
+                            output: b.output.min(out),
+                            ..b
                         });
-                    }
+                        (d.clone(), b)
+                    })
+                    .collect();
+                pick(&lowered, ceiling, &circuit_open)
+                    .ok()
+                    .map(|(i, c)| (i, c, from))
+            });
+            match retry {
+                Some((i, considered, from)) => (i, considered, Some(from)),
+                None => {
+                    let cheapest = considered.iter().filter_map(|c| c.worst_case).min();
+                    return Err(Refusal::DoesNotFit {
+                        cheapest_worst_case: cheapest,
+                        considered,
+                    });
                 }
             }
-        };
+        }
+    };
     let primary = considered[chosen].destination.clone();
-    let worst = considered[chosen].worst_case;
+    let (Some(worst), Some(bounds)) = (considered[chosen].worst_case, considered[chosen].bounds)
+    else {
+        return Err(Refusal::DoesNotFit {
+            cheapest_worst_case: None,
+            considered,
+        });
+    };
     let open = considered[chosen].verdict == Verdict::CircuitOpen;
     let alternate = route.alternate.as_ref().map(|a| {
-        let wc = worst_case(a, bounds);
-        AlternateFit {
-            destination: a.clone(),
-            worst_case: wc,
-            fits: verdict(a, wc, bounds, ceiling).is_none(),
+        // The alternate gets the same output cap as the primary: one `ChatRequest`.
+        let b = bounds_of(a).map(|b| TokenBounds {
+            output: bounds.output,
+            ..b
+        });
+        match b {
+            Ok(b) => {
+                let wc = worst_case(a, b);
+                AlternateFit {
+                    destination: a.clone(),
+                    bounds: Ok(b),
+                    worst_case: wc,
+                    fits: verdict(a, wc, b, ceiling).is_none(),
+                }
+            }
+            Err(u) => AlternateFit {
+                destination: a.clone(),
+                bounds: Err(u),
+                worst_case: Money::ZERO,
+                fits: false,
+            },
         }
     });
     Ok(Selected {
@@ -291,29 +406,36 @@ pub fn select(
 
 /// Index of the chosen candidate and the verdict on each, or every verdict if none fits.
 fn pick(
-    route: &Route,
+    candidates: &[Bounded],
     ceiling: &Ceiling,
-    bounds: TokenBounds,
     circuit_open: &impl Fn(&Destination) -> bool,
 ) -> Result<(usize, Vec<Considered>), Vec<Considered>> {
     let mut considered = Vec::new();
     let mut chosen = None;
     let mut first_fit_open = None;
-    for (i, (d, wc)) in ordered(route, bounds).into_iter().enumerate() {
-        let v = match verdict(&d, wc, bounds, ceiling) {
-            Some(v) => v,
-            None if chosen.is_some() => Verdict::NotNeeded,
-            None if circuit_open(&d) => {
-                first_fit_open.get_or_insert(i);
-                Verdict::CircuitOpen
-            }
-            None => {
-                chosen = Some(i);
-                Verdict::Chosen
+    for (i, (d, b)) in candidates.iter().enumerate() {
+        let (bounds, wc, v) = match b {
+            Err(u) => (None, None, Verdict::Unbounded(u.clone())),
+            Ok(b) => {
+                let wc = worst_case(d, *b);
+                let v = match verdict(d, wc, *b, ceiling) {
+                    Some(v) => v,
+                    None if chosen.is_some() => Verdict::NotNeeded,
+                    None if circuit_open(d) => {
+                        first_fit_open.get_or_insert(i);
+                        Verdict::CircuitOpen
+                    }
+                    None => {
+                        chosen = Some(i);
+                        Verdict::Chosen
+                    }
+                };
+                (Some(*b), Some(wc), v)
             }
         };
         considered.push(Considered {
-            destination: d,
+            destination: d.clone(),
+            bounds,
             worst_case: wc,
             verdict: v,
         });
@@ -344,6 +466,7 @@ mod tests {
             output_per_mtok: PricePerMTok::new(pout.parse().unwrap()),
             cached_input_per_mtok: None,
             cache_write_per_mtok: None,
+            terms: Default::default(),
         }
     }
 
@@ -362,10 +485,11 @@ mod tests {
             input: 1_000,
             output: 4_096,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
-        assert_eq!(input_bound(100, 2), 100 + 64 + 64);
     }
 
     #[test]
@@ -383,8 +507,10 @@ mod tests {
             input: 50_000,
             output: 100,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
-        let names: Vec<_> = ordered(&route, long_input)
+        let names: Vec<_> = ordered(&route, |_| Ok(long_input))
             .iter()
             .map(|(d, _)| d.provider.to_string())
             .collect();
@@ -393,16 +519,21 @@ mod tests {
             input: 100,
             output: 50_000,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
-        let names: Vec<_> = ordered(&route, long_output)
+        let names: Vec<_> = ordered(&route, |_| Ok(long_output))
             .iter()
             .map(|(d, _)| d.provider.to_string())
             .collect();
         assert_eq!(names, ["pool", "c", "b"]);
         // The pool's window is too small for the long request: first account wins.
-        let s = select(&route, &ceiling("10", OnExceed::Reject), long_input, |_| {
-            false
-        })
+        let s = select(
+            &route,
+            &ceiling("10", OnExceed::Reject),
+            |_| Ok(long_input),
+            |_| false,
+        )
         .unwrap();
         assert_eq!(s.primary.provider.as_str(), "b");
         assert!(matches!(
@@ -422,11 +553,24 @@ mod tests {
             input: 1_000,
             output: 100_000,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
         // worst case = 0.001 + 1.0 > 0.5
-        let r = select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false);
+        let r = select(
+            &route,
+            &ceiling("0.5", OnExceed::Reject),
+            |_| Ok(b),
+            |_| false,
+        );
         assert!(matches!(r, Err(Refusal::DoesNotFit { .. })));
-        let s = select(&route, &ceiling("0.5", OnExceed::Clamp), b, |_| false).unwrap();
+        let s = select(
+            &route,
+            &ceiling("0.5", OnExceed::Clamp),
+            |_| Ok(b),
+            |_| false,
+        )
+        .unwrap();
         // (0.5 - 0.001) / 0.00001 = 49,900 tokens
         assert_eq!(s.bounds.output, 49_900);
         assert_eq!(s.clamped_from, Some(100_000));
@@ -447,13 +591,18 @@ mod tests {
             input: 1_000,
             output: 100_000,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
-        let Err(Refusal::DoesNotFit { considered, .. }) =
-            select(&route, &ceiling("0.5", OnExceed::Reject), b, |_| false)
-        else {
+        let Err(Refusal::DoesNotFit { considered, .. }) = select(
+            &route,
+            &ceiling("0.5", OnExceed::Reject),
+            |_| Ok(b),
+            |_| false,
+        ) else {
             panic!("fits")
         };
-        let m = does_not_fit_message("0.5".parse().unwrap(), "USD", b, &considered);
+        let m = does_not_fit_message("0.5".parse().unwrap(), "USD", &considered);
         assert_eq!(
             m,
             "worst case exceeds the ceiling of 0.50 USD per request (small/m: needs 101000 tokens, window 10; a/m: 1000 in × 1.00/M + 100000 out × 10.00/M = 1.001); lower max_tokens or shorten the input"
@@ -479,12 +628,14 @@ mod tests {
             input: 10,
             output: 10,
             choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
         };
         let c = ceiling("1", OnExceed::Reject);
-        let s = select(&route, &c, b, |d| d.provider.as_str() == "a").unwrap();
+        let s = select(&route, &c, |_| Ok(b), |d| d.provider.as_str() == "a").unwrap();
         assert_eq!(s.primary.provider.as_str(), "b");
         assert!(!s.circuit_open);
-        let s = select(&route, &c, b, |_| true).unwrap();
+        let s = select(&route, &c, |_| Ok(b), |_| true).unwrap();
         assert_eq!(s.primary.provider.as_str(), "a");
         assert!(s.circuit_open);
     }
@@ -499,13 +650,102 @@ mod tests {
         let r = select(
             &route,
             &ceiling("1", OnExceed::Reject),
-            TokenBounds {
-                input: 1,
-                output: 1,
-                choices: 1,
+            |_| {
+                Ok(TokenBounds {
+                    input: 1,
+                    output: 1,
+                    choices: 1,
+                    reasoning: 0,
+                    tier: TierAsk::VendorPicks,
+                })
             },
             |_| false,
         );
         assert_eq!(r, Err(Refusal::NoDestination));
+    }
+
+    #[test]
+    fn bounds_are_per_destination_and_an_unbounded_one_is_passed_over() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![
+                dest("a", Tier::Account, "1", "1", 100_000),
+                dest("b", Tier::Account, "1", "1", 100_000),
+            ],
+            alternate: Some(dest("alt", Tier::Account, "1", "1", 100_000)),
+        };
+        let b = |input| TokenBounds {
+            input,
+            output: 10,
+            choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
+        };
+        // `a` receives the request as a longer body (another API's translation).
+        let by_dest = |d: &Destination| match d.provider.as_str() {
+            "a" => Ok(b(5_000)),
+            "b" => Ok(b(1_000)),
+            _ => Ok(b(2_000)),
+        };
+        let s = select(&route, &ceiling("1", OnExceed::Reject), by_dest, |_| false).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "b");
+        assert_eq!(s.bounds.input, 1_000);
+        let alt = s.alternate.clone().unwrap();
+        assert_eq!(s.bounds_for(&alt.destination).input, 2_000);
+        assert_eq!(s.bounds_for(&s.primary).input, 1_000);
+
+        // Where the request cannot be bounded, the candidate is passed over, named.
+        let unbounded = || Unbounded {
+            param: "messages[0].content[1]".into(),
+            what: "a file part".into(),
+        };
+        let only_a = |d: &Destination| match d.provider.as_str() {
+            "a" => Ok(b(5_000)),
+            _ => Err(unbounded()),
+        };
+        let s = select(&route, &ceiling("1", OnExceed::Reject), only_a, |_| false).unwrap();
+        assert_eq!(s.primary.provider.as_str(), "a");
+        assert!(
+            s.considered
+                .iter()
+                .any(|c| c.verdict == Verdict::Unbounded(unbounded()))
+        );
+        let alt = s.alternate.unwrap();
+        assert!(!alt.fits);
+        assert_eq!(alt.bounds, Err(unbounded()));
+        // Nowhere: refused, naming the part.
+        let r = select(
+            &route,
+            &ceiling("1", OnExceed::Reject),
+            |_| Err(unbounded()),
+            |_| false,
+        );
+        assert_eq!(r, Err(Refusal::Unbounded(unbounded())));
+    }
+
+    #[test]
+    fn clamping_leaves_reasoning_beyond_the_cap_in_the_bound() {
+        let route = Route {
+            pool: vec![],
+            accounts: vec![dest("a", Tier::Account, "0", "10", 1_000_000)],
+            alternate: None,
+        };
+        let b = TokenBounds {
+            input: 0,
+            output: 100_000,
+            choices: 1,
+            reasoning: 10_000,
+            tier: TierAsk::VendorPicks,
+        };
+        // 0.5 at 10/M is 50,000 output tokens, 10,000 of them reasoning: a cap of 40,000.
+        let s = select(
+            &route,
+            &ceiling("0.5", OnExceed::Clamp),
+            |_| Ok(b),
+            |_| false,
+        )
+        .unwrap();
+        assert_eq!(s.bounds.output, 40_000);
+        assert_eq!(s.worst_case, "0.5".parse().unwrap());
     }
 }

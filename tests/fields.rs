@@ -225,9 +225,11 @@ fn cases() -> Vec<Case> {
         Case {
             rows: &["max_completion_tokens"],
             patch: json!({"max_tokens": 60, "max_completion_tokens": 40}),
+            // The tighter cap, in the field this model reads (`m-openai` is not a
+            // reasoning model: `max_tokens`), whichever field the client used.
             openai: Sent(vec![
-                ("/max_completion_tokens", json!(40)),
-                ("/max_tokens", Value::Null),
+                ("/max_tokens", json!(40)),
+                ("/max_completion_tokens", Value::Null),
             ]),
             anthropic: Sent(vec![
                 ("/max_tokens", json!(40)),

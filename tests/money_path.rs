@@ -478,10 +478,12 @@ async fn exactly_one_output_cap_reaches_the_vendor(e: Engine) {
     settle(&g).await;
 }
 
-async fn fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft(e: Engine) {
+/// Refused under a hard ceiling and under any policy with a budget: `soft` relaxes
+/// failover, never the budget (issue #20). The soft policy here has a day budget.
+async fn fields_no_bound_counts_are_refused_under_hard_and_under_a_budget(e: Engine) {
     let Some(g) = gateway(
         e,
-        "fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft",
+        "fields_no_bound_counts_are_refused_under_hard_and_under_a_budget",
     )
     .await
     else {
@@ -503,9 +505,13 @@ async fn fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft(e:
         assert_eq!(v["error"]["param"], field, "{v}");
         assert!(v["error"]["message"].as_str().unwrap().contains(field));
         let (status, v, _) = post(&g, SOFT, ask("m", json!({ field: value }))).await;
-        assert_eq!(status, 200, "{field} under soft: {v}");
+        assert_eq!(
+            (status, v["error"]["param"].as_str()),
+            (400, Some(field)),
+            "{field} under soft with a budget: {v}"
+        );
     }
-    assert_eq!(g.vendors.calls("oa"), 5, "only the soft requests were sent");
+    assert_eq!(g.vendors.calls("oa"), 0, "nothing unbounded was sent");
     settle(&g).await;
 }
 
@@ -666,7 +672,7 @@ on_both_engines!(
     a_stream_hung_up_on_before_its_first_content_is_recorded_at_its_cost,
     n_multiplies_the_worst_case,
     exactly_one_output_cap_reaches_the_vendor,
-    fields_no_bound_counts_are_refused_under_hard_and_allowed_under_soft,
+    fields_no_bound_counts_are_refused_under_hard_and_under_a_budget,
     a_model_name_of_a_megabyte_is_refused_before_the_ledger,
     an_answer_without_usage_is_charged_at_its_worst_case,
     a_stream_cut_after_its_finish_but_before_its_usage_is_not_free,

@@ -40,7 +40,10 @@ async fn gateway() -> Gateway {
     common::start(|v| {
         vec![
             provider(v, "oa", "openai", "o", [Some("2"), Some("10"), Some("0.5"), None]),
-            provider(v, "an", "anthropic", "a", [Some("3"), Some("15"), Some("0.3"), Some("3.75")]),
+            // 1-hour cache writes listed too (Anthropic bills them at 2× input by
+            // default; listed here below that so the two models' worst cases differ).
+            provider(v, "an", "anthropic", "a", [Some("3"), Some("15"), Some("0.3"), Some("3.75")])
+                + "    cache_write_1h_per_mtok: \"4.5\"\n",
             // No cache rates: cache reads and writes are priced by stand-ins.
             provider(v, "ax", "anthropic", "x", [Some("3"), Some("15"), None, None]),
             provider(v, "ge", "gemini", "g", [Some("1"), Some("4"), Some("0.25"), None]),
@@ -234,9 +237,10 @@ async fn a_success_without_usage_is_charged_its_worst_case() {
 
 #[tokio::test]
 async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
-    // The same request to `a` (cache writes listed at 3.75) and to `x` (no rate: 2 × 3):
-    // their worst cases differ by the input bound × (6 − 3.75), which pins the bound,
-    // and each prices it at its cache-write rate, not at the input rate of 3.
+    // The same request to `a` (cache writes listed at 3.75, 1-hour ones at 4.5) and to
+    // `x` (no rate: 2 × 3): their worst cases differ by the input bound × (6 − 4.5),
+    // which pins the bound, and each prices it at its dearest cache-write rate, not at
+    // the input rate of 3.
     let g = gateway().await;
     let mut worst = Vec::new();
     for (model, provider) in [("a", "an"), ("x", "ax")] {
@@ -248,14 +252,14 @@ async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
         assert_eq!(money(&r["worst_case"]), money(&a["worst_case"]));
         worst.push(money(&a["worst_case"]));
     }
-    let per_token = (worst[1].decimal() - worst[0].decimal())
-        / "2.25".parse::<rust_decimal::Decimal>().unwrap();
+    let per_token =
+        (worst[1].decimal() - worst[0].decimal()) / "1.5".parse::<rust_decimal::Decimal>().unwrap();
     let input = u64::try_from(per_token * rust_decimal::Decimal::from(1_000_000)).unwrap();
     assert!(
         input >= 6000,
         "the input bound covers the 6000 bytes sent: {input}"
     );
-    assert_eq!(worst[0], cost(&[(input, "3.75"), (1000, "15")]));
+    assert_eq!(worst[0], cost(&[(input, "4.5"), (1000, "15")]));
     assert_eq!(worst[1], cost(&[(input, "6"), (1000, "15")]));
 }
 

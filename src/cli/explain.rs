@@ -7,8 +7,9 @@ use super::check::compile_or_report;
 use crate::decide::fails_over;
 use crate::failure::FailureClass;
 use crate::gateway::request::{Bearing, bearing};
-use crate::policy::plan::{Destination, Mode};
-use crate::selection::{self, Refusal, TokenBounds, Verdict, arithmetic};
+use crate::policy::plan::{Destination, MediaKind, Mode};
+use crate::selection::{self, Refusal, TierAsk, TokenBounds, Unbounded, Verdict, arithmetic};
+use crate::upstream::bound::{Per, overhead};
 
 /// The request `explain` imagines.
 pub struct Imagined {
@@ -19,6 +20,50 @@ pub struct Imagined {
     pub choices: u64,
     /// Top-level request fields beyond model and messages.
     pub fields: Vec<String>,
+    /// Media parts the request carries, by kind (`--part image`).
+    pub parts: Vec<MediaKind>,
+}
+
+use crate::gateway::SOFT_MEDIA_TOKENS;
+
+/// The imagined request's bounds at `d`, as the gateway computes them: text bytes, the
+/// API's overheads (`upstream::bound::OVERHEADS`), each media part at its declared
+/// bound, reasoning beyond the cap.
+fn imagined_bounds(
+    d: &Destination,
+    req: &Imagined,
+    output: u64,
+    strict: bool,
+) -> Result<TokenBounds, Unbounded> {
+    let tools = u64::from(req.fields.iter().any(|f| f == "tools" || f == "functions"));
+    let mut input = req
+        .input_bytes
+        .saturating_add(req.messages.saturating_mul(overhead(d.api, Per::Message)))
+        .saturating_add(overhead(d.api, Per::Request))
+        .saturating_add(tools * (overhead(d.api, Per::Tool) + overhead(d.api, Per::ToolUsePrompt)));
+    for (i, k) in req.parts.iter().enumerate() {
+        let t = match (d.terms.media_tokens.get(*k), strict) {
+            (Some(t), _) => t,
+            (None, false) => SOFT_MEDIA_TOKENS,
+            (None, true) => {
+                return Err(Unbounded {
+                    param: format!("part {} ({})", i + 1, k.as_str()),
+                    what: format!(
+                        "no declared bound (`media_tokens.{}` in the model entry)",
+                        k.as_str()
+                    ),
+                });
+            }
+        };
+        input = input.saturating_add(t);
+    }
+    Ok(TokenBounds {
+        input,
+        output,
+        reasoning: d.reasoning_budget().unwrap_or(0),
+        choices: req.choices.max(1),
+        tier: TierAsk::VendorPicks,
+    })
 }
 
 pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCode {
@@ -56,63 +101,98 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
         print!("{s}");
         return ExitCode::SUCCESS;
     };
-    let bounds = TokenBounds {
-        input: selection::input_bound(input_bytes, messages),
-        output: max_tokens.unwrap_or(p.max_output_tokens),
-        choices: req.choices.max(1),
-    };
+    let output = max_tokens.unwrap_or(p.max_output_tokens);
+    let strict = p.needs_proof();
     let _ = writeln!(
         s,
-        "1. bounds: input ≤ {} tokens ({input_bytes} bytes + {messages} × {} per message + {} per request), output ≤ {} tokens ({})",
-        bounds.input,
-        selection::PER_MESSAGE_OVERHEAD,
-        selection::PER_REQUEST_OVERHEAD,
-        bounds.output,
+        "1. bounds, per destination over the request as its API receives it: input ≤ {input_bytes} bytes + {messages} × per-message + per-request overhead of that API{}; output ≤ {output} tokens per choice ({})",
+        if req.parts.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " + each media part at its declared bound ({})",
+                req.parts
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
         if max_tokens.is_some() {
             "the request's max_tokens"
         } else {
             "the policy's max_output_tokens"
         }
     );
-    if bounds.choices > 1 {
+    if req.choices > 1 {
         let _ = writeln!(
             s,
-            "   n = {}: each choice may reach the output bound, so the output side counts {} tokens",
-            bounds.choices,
-            bounds.total_output()
+            "   n = {}: each choice may reach the output bound, so the output side counts {} × the per-choice bound",
+            req.choices, req.choices
+        );
+    }
+    if strict {
+        let _ = writeln!(
+            s,
+            "   the bound must be a proof here ({}): a part or field it cannot count is refused with invalid_request (400)",
+            match p.ceiling.mode {
+                Mode::Hard => "hard ceiling",
+                Mode::Soft =>
+                    "soft ceiling with a budget: soft relaxes failover, never the budget, and the worst case below is what is reserved",
+            }
         );
     }
     for f in &req.fields {
         let risk = match bearing(f) {
             Some(Bearing::Unbounded(why)) => Some(why),
             None => Some("purser does not know what this field costs"),
-            Some(Bearing::Neutral | Bearing::Input | Bearing::OutputCap | Bearing::Choices) => None,
-        };
-        match (risk, p.ceiling.mode) {
-            (None, _) => {
-                let _ = writeln!(s, "   field `{f}`: bounded (counted in the bounds above)");
-            }
-            (Some(why), Mode::Hard) => {
+            Some(Bearing::Tier) => {
                 let _ = writeln!(
                     s,
-                    "   field `{f}`: cannot be bounded ({why}) → refused under a hard ceiling: invalid_request (400)"
+                    "   field `{f}`: bounded only where the model entry declares the tier's rates (`service_tiers`); elsewhere {}",
+                    if strict {
+                        "it cannot be bounded"
+                    } else {
+                        "priced at the standard rates (a RISK, not a bound)"
+                    }
+                );
+                None
+            }
+            Some(Bearing::Neutral | Bearing::Input | Bearing::OutputCap | Bearing::Choices) => {
+                let _ = writeln!(s, "   field `{f}`: bounded (counted in the bounds above)");
+                None
+            }
+        };
+        match (risk, strict) {
+            (None, _) => {}
+            (Some(why), true) => {
+                let _ = writeln!(
+                    s,
+                    "   field `{f}`: cannot be bounded ({why}) → refused: invalid_request (400)"
                 );
                 print!("{s}");
                 return ExitCode::SUCCESS;
             }
-            (Some(why), Mode::Soft) => {
+            (Some(why), false) => {
                 let _ = writeln!(
                     s,
-                    "   field `{f}`: RISK — cannot be bounded ({why}); allowed under a soft ceiling, and the worst case below does not include it"
+                    "   field `{f}`: RISK — cannot be bounded ({why}); allowed under a soft ceiling with no budget, and the worst case below does not include it"
                 );
             }
         }
     }
+    if !strict && !req.parts.is_empty() {
+        let _ = writeln!(
+            s,
+            "   a media part with no declared bound is counted at {SOFT_MEDIA_TOKENS} tokens: a RISK, not a bound (allowed only under a soft ceiling with no budget)"
+        );
+    }
+    let bounds_of = |d: &Destination| imagined_bounds(d, req, output, strict);
     let _ = writeln!(
         s,
         "2. candidates in order (pool first, then accounts cheapest-first for these bounds):"
     );
-    match selection::select(route, &p.ceiling, bounds, |_| false) {
+    match selection::select(route, &p.ceiling, bounds_of, |_| false) {
         Err(Refusal::NoDestination) => {
             let _ = writeln!(
                 s,
@@ -127,13 +207,20 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
                 let _ = writeln!(s, "   hint: {h}");
             }
         }
+        Err(Refusal::Unbounded(u)) => {
+            let _ = writeln!(
+                s,
+                "   no destination can bound the request: `{}` has {} → refused: invalid_request (400)",
+                u.param, u.what
+            );
+        }
         Err(Refusal::DoesNotFit { considered, .. }) => {
             for c in &considered {
                 let _ = writeln!(
                     s,
                     "   - {}: {}",
                     c.destination.label(),
-                    verdict_text(&c.verdict, &c.destination, bounds, cur)
+                    verdict_text(&c.verdict, &c.destination, c.bounds, cur)
                 );
             }
             let _ = writeln!(
@@ -152,7 +239,7 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
                     s,
                     "   - {}: {}",
                     c.destination.label(),
-                    verdict_text(&c.verdict, &c.destination, sel.bounds, cur)
+                    verdict_text(&c.verdict, &c.destination, c.bounds, cur)
                 );
             }
             if let Some(orig) = sel.clamped_from {
@@ -169,6 +256,14 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
                 sel.worst_case.for_people(cur),
                 p.ceiling.per_request.for_people(cur)
             );
+            if !p.budgets.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "   reserved in every budget before the call: {} {cur} (mode {}: soft relaxes failover, never the budget)",
+                    sel.worst_case.for_people(cur),
+                    p.ceiling.mode.as_str()
+                );
+            }
             match &sel.alternate {
                 None => {
                     let _ = writeln!(
@@ -177,17 +272,26 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
                     );
                 }
                 Some(a) => {
-                    let _ = writeln!(
-                        s,
-                        "4. alternate: {} — worst case {} {cur}, {}",
-                        a.destination.label(),
-                        selection::arithmetic(&a.destination, sel.bounds, cur),
-                        if a.fits {
-                            "fits the ceiling"
-                        } else {
-                            "does NOT fit the ceiling: it will not be used"
-                        }
-                    );
+                    let _ = match &a.bounds {
+                        Ok(b) => writeln!(
+                            s,
+                            "4. alternate: {} — worst case {} {cur}, {}",
+                            a.destination.label(),
+                            selection::arithmetic(&a.destination, *b, cur),
+                            if a.fits {
+                                "fits the ceiling"
+                            } else {
+                                "does NOT fit the ceiling: it will not be used"
+                            }
+                        ),
+                        Err(u) => writeln!(
+                            s,
+                            "4. alternate: {} — `{}` cannot be bounded there ({}): it will not be used",
+                            a.destination.label(),
+                            u.param,
+                            u.what
+                        ),
+                    };
                     let reach: Vec<&str> = FailureClass::ALL
                         .into_iter()
                         .filter(|c| fails_over(*c, p.ceiling.mode))
@@ -219,12 +323,14 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
     ExitCode::SUCCESS
 }
 
-fn verdict_text(v: &Verdict, d: &Destination, b: TokenBounds, cur: &str) -> String {
+fn verdict_text(v: &Verdict, d: &Destination, b: Option<TokenBounds>, cur: &str) -> String {
+    let sum =
+        |b: Option<TokenBounds>| b.map_or_else(|| "no bound".into(), |b| arithmetic(d, b, cur));
     match v {
-        Verdict::Chosen => format!("fits: {} {cur} → chosen", arithmetic(d, b, cur)),
+        Verdict::Chosen => format!("fits: {} {cur} → chosen", sum(b)),
         Verdict::NotNeeded => format!(
             "fits: {} {cur} (not needed: an earlier candidate was chosen)",
-            arithmetic(d, b, cur)
+            sum(b)
         ),
         Verdict::ContextTooSmall { needed, window } => {
             format!("does not fit: needs {needed} tokens, context window is {window}")
@@ -234,10 +340,13 @@ fn verdict_text(v: &Verdict, d: &Destination, b: TokenBounds, cur: &str) -> Stri
             ceiling,
         } => format!(
             "does not fit: {} {cur}; {} > ceiling {}",
-            arithmetic(d, b, cur),
+            sum(b),
             worst_case.for_people(cur),
             ceiling.for_people(cur)
         ),
         Verdict::CircuitOpen => "circuit open: skipped".into(),
+        Verdict::Unbounded(u) => {
+            format!("cannot be bounded: `{}` has {} → not used", u.param, u.what)
+        }
     }
 }

@@ -83,6 +83,10 @@ pub enum Command {
         /// `--field prediction`: shows whether its cost can be bounded.
         #[arg(long = "field")]
         fields: Vec<String>,
+        /// A media part the request carries (repeatable): image, audio, video or file.
+        /// Counted at the bound its model entry declares (`media_tokens`).
+        #[arg(long = "part", value_parser = media_kind)]
+        parts: Vec<crate::policy::plan::MediaKind>,
     },
     /// Run the gateway.
     Serve {
@@ -267,6 +271,13 @@ impl From<ApiArg> for crate::policy::plan::Api {
     }
 }
 
+fn media_kind(s: &str) -> Result<crate::policy::plan::MediaKind, String> {
+    crate::policy::plan::MediaKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == s)
+        .ok_or_else(|| format!("`{s}`: expected image, audio, video or file"))
+}
+
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check { dir } => check::check(&dir),
@@ -286,6 +297,7 @@ pub fn run(cli: Cli) -> ExitCode {
             max_tokens,
             n,
             fields,
+            parts,
         } => explain::explain(
             &dir,
             &policy,
@@ -296,6 +308,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 max_tokens,
                 choices: n,
                 fields,
+                parts,
             },
         ),
         Command::Audit(args) => runtime(audit::audit(&args)),

@@ -232,7 +232,7 @@ impl Chain<'_> {
             seq: at.seq,
             dest: at.dest.clone(),
             worst: at.worst,
-            bounds: self.sel.bounds,
+            bounds: self.sel.bounds_for(&at.dest),
             breaker: self.deps.caller.breakers.get(&at.dest.provider).cloned(),
             sent,
             key,
@@ -258,7 +258,7 @@ impl Chain<'_> {
                 (usage, Reply::Complete(translated))
             }
         };
-        let charge = pricing::charge(&at.dest, &usage, self.sel.bounds);
+        let charge = pricing::charge(&at.dest, &usage, self.sel.bounds_for(&at.dest));
         rec.record(
             Ended {
                 seq: at.seq,
@@ -326,7 +326,7 @@ impl Chain<'_> {
         seen: &Attempted,
     ) -> Result<Decided, GatewayError> {
         let class = seen.failure.class;
-        let bill = seen.failure.bill(&at.dest, self.sel.bounds);
+        let bill = seen.failure.bill(&at.dest, self.sel.bounds_for(&at.dest));
         let provider = self.plan.provider(&at.dest.provider);
         let unfit = match (&self.sel.alternate, at.on_alternate) {
             (Some(a), false) => upstream::fields::check(a.destination.api, &self.req.body)

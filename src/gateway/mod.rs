@@ -24,16 +24,19 @@ use crate::failure::FailureClass;
 use crate::ledger::{BudgetLimit, Ledger, LedgerError, NewAttempt, NewRequest};
 use crate::metrics::{Metrics, MetricsError};
 use crate::money::Money;
-use crate::policy::plan::{ClientRef, Mode, Plan, Policy};
-use crate::selection::{self, Refusal, TokenBounds};
+use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy};
+use crate::selection::{self, Refusal, TokenBounds, Unbounded};
+use crate::upstream::bound::Undeclared;
 use crate::upstream::{ChatRequest, Credentials};
 use recorder::{ClientWatch, InFlight, Recorder};
 use request::{Parsed, parse};
 
 /// Most bytes of an upstream message kept in the ledger and shown to clients.
 const MESSAGE_LIMIT: usize = 2048;
-/// Tokens assumed per image part under a soft ceiling (no provable bound exists).
-const SOFT_IMAGE_TOKENS: u64 = 1_600;
+/// Tokens a media part with no declared bound is counted at under a soft policy with
+/// no budget, the only policy that may send one: a stand-in, not a bound (OpenAI's
+/// high-detail 1024² image is 765 tokens, Anthropic's largest image about 1,600).
+pub const SOFT_MEDIA_TOKENS: u64 = 1_600;
 
 /// One attempt as the client's error and the headers report it.
 #[derive(Debug, Clone, Serialize)]
@@ -543,11 +546,20 @@ impl Engine {
         // The primary's API decides which fields it can take (`upstream::fields`),
         // checked before any admission or call. A failover checks the alternate's API
         // before its call (`fields::check`).
-        let selected = match self.select(plan, breakers, policy, &parsed).and_then(|s| {
-            crate::upstream::fields::check(s.primary.api, &body)
-                .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
-                .map(|()| s)
-        }) {
+        // The request as every destination's translation starts from it; the output
+        // cap is set once selection has proved it.
+        let mut req = ChatRequest {
+            body,
+            max_tokens: 0,
+            stream: parsed.stream,
+        };
+        let selected = match self
+            .select(plan, breakers, policy, &parsed, &req)
+            .and_then(|s| {
+                crate::upstream::fields::check(s.primary.api, &req.body)
+                    .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
+                    .map(|()| s)
+            }) {
             Ok(s) => s,
             Err(e) => {
                 self.ledger
@@ -590,11 +602,7 @@ impl Engine {
             pending,
             watch,
         );
-        let req = ChatRequest {
-            body,
-            max_tokens: selected.bounds.output,
-            stream: parsed.stream,
-        };
+        req.max_tokens = selected.bounds.output;
         let running_plan = || self.plan();
         chain::Chain {
             plan,
@@ -624,6 +632,7 @@ impl Engine {
         breakers: &Breakers,
         policy: &Policy,
         parsed: &Parsed,
+        req: &ChatRequest,
     ) -> Result<selection::Selected, GatewayError> {
         let Some(route) = policy.routes.get(parsed.model.as_str()) else {
             return Err(GatewayError::model_not_allowed(
@@ -631,33 +640,50 @@ impl Engine {
                 parsed.model.clone(),
             ));
         };
-        let mut text = parsed.text_bytes;
-        if parsed.images > 0 {
-            match policy.ceiling.mode {
-                Mode::Hard => {
-                    return Err(GatewayError::CeilingExceeded(format!(
-                        "the request has {} image part(s) whose token cost cannot be bounded; a hard ceiling needs a provable bound",
-                        parsed.images
-                    )));
-                }
-                Mode::Soft => text += parsed.images * SOFT_IMAGE_TOKENS,
-            }
-        }
-        if let (Mode::Hard, Some((field, why))) = (policy.ceiling.mode, parsed.unbounded.first()) {
+        // The bound must be a proof wherever money is held to it.
+        let strict = policy.needs_proof();
+        let needs = |policy: &Policy| match policy.ceiling.mode {
+            Mode::Hard => "a hard ceiling needs a provable bound",
+            Mode::Soft => "a policy with a budget needs a provable bound",
+        };
+        if let (true, Some((field, why))) = (strict, parsed.unbounded.first()) {
             return Err(GatewayError::invalid(
                 format!(
-                    "`{field}` cannot be bounded ({why}); a hard ceiling needs a provable bound, so policy `{}` refuses it",
+                    "`{field}` cannot be bounded ({why}); {}, so policy `{}` refuses it",
+                    needs(policy),
                     policy.id
                 ),
                 Some(field),
             ));
         }
-        let bounds = TokenBounds {
-            input: selection::input_bound(text, parsed.messages),
-            output: parsed.max_tokens.unwrap_or(policy.max_output_tokens),
-            choices: parsed.choices,
+        let undeclared = if strict {
+            Undeclared::Refuse
+        } else {
+            Undeclared::StandIn(SOFT_MEDIA_TOKENS)
         };
-        selection::select(route, &policy.ceiling, bounds, |d| {
+        let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
+        let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
+            if let (true, selection::TierAsk::Tier(t)) = (strict, parsed.tier)
+                && !d.terms.service_tiers.contains_key(&t)
+            {
+                return Err(Unbounded {
+                    param: "service_tier".into(),
+                    what: format!(
+                        "the `{}` service tier has no rates in the model entry (`service_tiers.{}`)",
+                        t.as_str(),
+                        t.as_str()
+                    ),
+                });
+            }
+            Ok(TokenBounds {
+                input: crate::upstream::bound::input_tokens(d, req, undeclared)?,
+                output,
+                reasoning: d.reasoning_budget().unwrap_or(0),
+                choices: parsed.choices,
+                tier: parsed.tier,
+            })
+        };
+        selection::select(route, &policy.ceiling, bounds_of, |d| {
             breakers.is_open(&d.provider)
         })
         .map_err(|r| match r {
@@ -669,11 +695,21 @@ impl Engine {
                     .map(|h| format!(". {h}"))
                     .unwrap_or_default(),
             },
+            Refusal::Unbounded(u) => GatewayError::invalid(
+                format!(
+                    "`{}` cannot be bounded at any destination of model `{}`: {}; {}, so policy `{}` refuses it",
+                    u.param,
+                    parsed.model,
+                    u.what,
+                    needs(policy),
+                    policy.id
+                ),
+                Some(&u.param),
+            ),
             Refusal::DoesNotFit { considered, .. } => {
                 GatewayError::CeilingExceeded(selection::does_not_fit_message(
                     policy.ceiling.per_request,
                     plan.currency(),
-                    bounds,
                     &considered,
                 ))
             }

@@ -1,22 +1,30 @@
-//! The client's body as the ceiling sees it: what is sent (the input bound), how much
-//! may come back (the output bound, times `n`), and which fields add billed work no
-//! bound can count. Every top-level field's bearing on cost is one row of `FIELDS`.
+//! The client's body as the ceiling sees it: how much may come back (the output bound,
+//! times `n`), the service tier it asks for, and which fields add billed work no bound
+//! can count. Every top-level field's bearing on cost is one row of `FIELDS`. The input
+//! bound is not counted here: it is computed per destination over the body as that
+//! destination receives it (`upstream::bound`), so no field or part escapes it.
 
 use serde_json::{Map, Value};
 
 use super::GatewayError;
+use crate::policy::plan::ServiceTier;
+use crate::selection::TierAsk;
 
 /// How one top-level request field bears on what the call can cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bearing {
     /// Costs nothing by itself (sampling settings, identifiers, the stream flag).
     Neutral,
-    /// Sent to the model: counted in the input bound by its JSON size.
+    /// Sent to the model: counted in the input bound, which is over the whole body
+    /// as sent (so a field not listed here that is sent is counted too).
     Input,
     /// An output cap: the bound the ceiling is proved with, one of them forwarded.
     OutputCap,
     /// Multiplies the output bound: each of `n` choices may reach the cap.
     Choices,
+    /// A price tier: bounded at a destination whose model entry declares the tier's
+    /// rates (`service_tiers`), unbounded elsewhere.
+    Tier,
     /// Adds billed work that no bound here counts (audio output, search fees, a
     /// price tier, predicted-output tokens): refused under a hard ceiling, a named
     /// risk under a soft one.
@@ -72,10 +80,7 @@ pub const FIELDS: &[(&str, Bearing)] = &[
         "web_search_options",
         Bearing::Unbounded("web search adds a per-call fee"),
     ),
-    (
-        "service_tier",
-        Bearing::Unbounded("a service tier changes the price per token"),
-    ),
+    ("service_tier", Bearing::Tier),
 ];
 
 /// The bearing of a top-level field; `None` for a field purser does not know.
@@ -92,9 +97,8 @@ pub struct Parsed {
     pub max_tokens: Option<u64>,
     /// Choices asked for (`n`), at least 1.
     pub choices: u64,
-    pub text_bytes: u64,
-    pub messages: u64,
-    pub images: u64,
+    /// The service tier asked for.
+    pub tier: TierAsk,
     /// Fields whose cost no bound counts, with why (unknown fields included).
     pub unbounded: Vec<(String, &'static str)>,
 }
@@ -118,11 +122,10 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
         Some(_) => return Err(bad("`messages` must be an array", "messages")),
         None => return Err(bad("missing required field `messages`", "messages")),
     };
-    let (mut text_bytes, images) = message_bytes(messages)?;
+    check_messages(messages)?;
     let mut unbounded = Vec::new();
     for (k, v) in obj {
         match bearing(k) {
-            Some(Bearing::Input) if k != "messages" => text_bytes += v.to_string().len() as u64,
             Some(Bearing::Unbounded(why)) if !v.is_null() && !neutral_value(k, v) => {
                 unbounded.push((k.clone(), why))
             }
@@ -130,6 +133,24 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
         }
     }
+    let tier = match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) => match t.as_str() {
+            "auto" => TierAsk::VendorPicks,
+            "default" => TierAsk::Standard,
+            other => match ServiceTier::parse(other) {
+                Some(t) => TierAsk::Tier(t),
+                None => {
+                    unbounded.push((
+                        "service_tier".into(),
+                        "a service tier purser has no rates for",
+                    ));
+                    TierAsk::VendorPicks
+                }
+            },
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    };
     let max_tokens = match (cap(obj, "max_completion_tokens")?, cap(obj, "max_tokens")?) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -151,20 +172,17 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
         stream,
         max_tokens,
         choices,
-        text_bytes,
-        messages: messages.len() as u64,
-        images,
+        tier,
         unbounded,
     })
 }
 
-/// A value that asks for nothing billed: text-only modalities, the default tier.
+/// A value that asks for nothing billed: text-only modalities.
 fn neutral_value(field: &str, v: &Value) -> bool {
     match field {
         "modalities" => v
             .as_array()
             .is_some_and(|a| a.iter().all(|m| m.as_str() == Some("text"))),
-        "service_tier" => matches!(v.as_str(), Some("auto" | "default")),
         _ => false,
     }
 }
@@ -180,36 +198,17 @@ fn cap(obj: &Map<String, Value>, k: &str) -> Result<Option<u64>, GatewayError> {
     }
 }
 
-/// UTF-8 bytes of everything the messages send, and their image parts.
-fn message_bytes(messages: &[Value]) -> Result<(u64, u64), GatewayError> {
-    let mut text_bytes = 0u64;
-    let mut images = 0u64;
+/// Each message has a role, and content that is a string, parts or nothing.
+fn check_messages(messages: &[Value]) -> Result<(), GatewayError> {
     for (i, m) in messages.iter().enumerate() {
-        let Some(role) = m.get("role").and_then(Value::as_str) else {
+        if m.get("role").and_then(Value::as_str).is_none() {
             return Err(bad(
                 format!("messages[{i}].role must be a string"),
                 &format!("messages[{i}].role"),
             ));
-        };
-        text_bytes += role.len() as u64;
+        }
         match m.get("content") {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => text_bytes += s.len() as u64,
-            Some(Value::Array(parts)) => {
-                for p in parts {
-                    match p.get("type").and_then(Value::as_str) {
-                        Some("text") => {
-                            text_bytes += p
-                                .get("text")
-                                .and_then(Value::as_str)
-                                .map_or(0, |t| t.len() as u64)
-                        }
-                        Some("image_url" | "input_image" | "image") => images += 1,
-                        // Other parts count by their JSON size: a bound for any tokenizer.
-                        _ => text_bytes += p.to_string().len() as u64,
-                    }
-                }
-            }
+            None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
             Some(_) => {
                 return Err(bad(
                     format!("messages[{i}].content must be a string or an array of parts"),
@@ -217,14 +216,8 @@ fn message_bytes(messages: &[Value]) -> Result<(u64, u64), GatewayError> {
                 ));
             }
         }
-        // Tool calls and names are sent too.
-        for k in ["tool_calls", "name", "tool_call_id", "function_call"] {
-            if let Some(v) = m.get(k) {
-                text_bytes += v.to_string().len() as u64;
-            }
-        }
     }
-    Ok((text_bytes, images))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -270,7 +263,7 @@ mod tests {
             "prediction": {"type": "content", "content": "x"},
             "modalities": ["text", "audio"],
             "web_search_options": {},
-            "service_tier": "priority",
+            "service_tier": "scale",
             "brand_new": 1,
         })))
         .unwrap();
@@ -291,13 +284,13 @@ mod tests {
         ))
         .unwrap();
         assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
+        assert_eq!(p.tier, TierAsk::VendorPicks);
     }
 
     #[test]
-    fn functions_count_as_input() {
-        let f = json!([{"name": "f", "parameters": {"type": "object", "description": "x".repeat(500)}}]);
-        let with = parse(&body(json!({ "functions": f }))).unwrap();
-        let without = parse(&body(json!({}))).unwrap();
-        assert!(with.text_bytes >= without.text_bytes + 500);
+    fn a_priced_tier_is_read_not_refused_here() {
+        let p = parse(&body(json!({"service_tier": "priority"}))).unwrap();
+        assert_eq!(p.tier, TierAsk::Tier(ServiceTier::Priority));
+        assert!(p.unbounded.is_empty());
     }
 }

@@ -8,7 +8,9 @@ use serde::de::DeserializeOwned;
 
 use super::diagnostic::{Diagnostic, Diagnostics, Severity, SourceRef, did_you_mean};
 use super::plan::*;
-use super::raw::{RawCircuit, RawCredential, RawGateway, RawPolicy, RawProvider};
+use super::raw::{
+    RawCircuit, RawCredential, RawGateway, RawModel, RawPolicy, RawProvider, RawRates,
+};
 use super::schema::{self, Kind};
 use super::source::{self, Document, seg};
 use crate::ids::{ClientId, Jurisdiction, ModelName, PolicyId, ProviderId};
@@ -212,7 +214,25 @@ impl Compiler<'_> {
                 };
                 let cached = optional("cached_input_per_mtok", &m.cached_input_per_mtok);
                 let write = optional("cache_write_per_mtok", &m.cache_write_per_mtok);
-                if let (Some(i), Some(o), Ok(cached), Ok(write)) = (input, output, cached, write) {
+                let terms = terms(&doc, &base, m, self.diags);
+                // Only the OpenAI API has two cap fields: elsewhere the field is set by
+                // the translation, and this setting would silently do nothing.
+                if let (Some(_), Api::Anthropic | Api::Gemini) = (m.cap_field, p.api) {
+                    self.diags.push(
+                        Diagnostic::warning(
+                            "cap-field-unused",
+                            doc.at(&format!("{base}/cap_field")),
+                            format!(
+                                "`cap_field` has no effect on a provider with api `{}`: purser always sends its one cap field",
+                                p.api.as_str()
+                            ),
+                        )
+                        .with_help("remove it, or set it on an `api: openai` provider"),
+                    );
+                }
+                if let (Some(i), Some(o), Ok(cached), Ok(write), Some(terms)) =
+                    (input, output, cached, write, terms)
+                {
                     models.insert(
                         ModelName::new(name),
                         ProviderModel {
@@ -222,6 +242,7 @@ impl Compiler<'_> {
                             output_per_mtok: PricePerMTok::new(o),
                             cached_input_per_mtok: cached,
                             cache_write_per_mtok: write,
+                            terms,
                         },
                     );
                 }
@@ -544,6 +565,74 @@ fn destination(prov: &Provider, model: &str) -> Option<Destination> {
         output_per_mtok: m.output_per_mtok,
         cached_input_per_mtok: m.cached_input_per_mtok,
         cache_write_per_mtok: m.cache_write_per_mtok,
+        terms: m.terms.clone(),
+    })
+}
+
+/// The optional parts of a model entry, their prices checked like any price; `None`
+/// when one is malformed (the diagnostic is pushed).
+fn terms(
+    doc: &Document,
+    base: &str,
+    m: &RawModel,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<ModelTerms> {
+    let mut ok = true;
+    let mut price = |ptr: String, text: &str| -> Option<PricePerMTok> {
+        let p = money(doc, &ptr, text, diags).map(PricePerMTok::new);
+        ok &= p.is_some();
+        p
+    };
+    let mut rates = |at: String, r: &RawRates| -> Option<Rates> {
+        let input = price(format!("{at}/input_per_mtok"), &r.input_per_mtok);
+        let output = price(format!("{at}/output_per_mtok"), &r.output_per_mtok);
+        let cached = r
+            .cached_input_per_mtok
+            .as_ref()
+            .map(|c| price(format!("{at}/cached_input_per_mtok"), c));
+        Some(Rates {
+            input_per_mtok: input?,
+            output_per_mtok: output?,
+            cached_input_per_mtok: match cached {
+                None => None,
+                Some(c) => Some(c?),
+            },
+        })
+    };
+    let long_context = m.long_context.as_ref().and_then(|l| {
+        let r = RawRates {
+            input_per_mtok: l.input_per_mtok.clone(),
+            output_per_mtok: l.output_per_mtok.clone(),
+            cached_input_per_mtok: l.cached_input_per_mtok.clone(),
+        };
+        rates(format!("{base}/long_context"), &r).map(|rates| LongContext {
+            above_input_tokens: l.above_input_tokens,
+            rates,
+        })
+    });
+    let mut service_tiers = BTreeMap::new();
+    for (tier, r) in m.service_tiers.iter().flatten() {
+        if let Some(r) = rates(format!("{base}/service_tiers/{}", tier.as_str()), r) {
+            service_tiers.insert(*tier, r);
+        }
+    }
+    let write_1h = m
+        .cache_write_1h_per_mtok
+        .as_ref()
+        .and_then(|t| price(format!("{base}/cache_write_1h_per_mtok"), t));
+    let media = m.media_tokens.unwrap_or_default();
+    ok.then_some(ModelTerms {
+        cache_write_1h_per_mtok: write_1h,
+        cap_field: m.cap_field,
+        reasoning_budget: m.reasoning_budget,
+        media_tokens: MediaTokens {
+            image: media.image,
+            audio: media.audio,
+            video: media.video,
+            file: media.file,
+        },
+        long_context,
+        service_tiers,
     })
 }
 

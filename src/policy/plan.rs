@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::diagnostic::Diagnostic;
-pub use super::raw::{Api, Mode, OnExceed, Period, Tier};
+pub use super::raw::{Api, CapField, Mode, OnExceed, Period, ServiceTier, Tier};
 use crate::ids::{ClientId, Jurisdiction, ModelName, PolicyId, ProviderId};
 use crate::money::{Money, PricePerMTok};
 
@@ -52,6 +52,116 @@ pub struct ProviderModel {
     /// Input tokens written to the vendor's prompt cache; `None`: not in the price table.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_write_per_mtok: Option<PricePerMTok>,
+    /// Everything else the model entry declares: cap field, reasoning budget, media
+    /// bounds, price tiers. Flattened and skipped when unset, so plans written before
+    /// these fields keep their `plan_id`.
+    #[serde(flatten)]
+    pub terms: ModelTerms,
+}
+
+/// What a part of this kind may cost in tokens cannot be read from its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MediaKind {
+    Image,
+    Audio,
+    Video,
+    File,
+}
+
+impl MediaKind {
+    pub const ALL: [MediaKind; 4] = [
+        MediaKind::Image,
+        MediaKind::Audio,
+        MediaKind::Video,
+        MediaKind::File,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MediaKind::Image => "image",
+            MediaKind::Audio => "audio",
+            MediaKind::Video => "video",
+            MediaKind::File => "file",
+        }
+    }
+}
+
+/// Token bounds a model entry declares per media part (`media_tokens`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MediaTokens {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub video: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<u64>,
+}
+
+impl MediaTokens {
+    pub fn is_empty(&self) -> bool {
+        *self == MediaTokens::default()
+    }
+
+    pub fn get(&self, kind: MediaKind) -> Option<u64> {
+        match kind {
+            MediaKind::Image => self.image,
+            MediaKind::Audio => self.audio,
+            MediaKind::Video => self.video,
+            MediaKind::File => self.file,
+        }
+    }
+
+    /// The declared bound of one part: of its kind, or, when its kind cannot be told
+    /// (a remote URL of unknown type), the largest of all kinds, which needs all four.
+    pub fn bound(&self, kind: Option<MediaKind>) -> Option<u64> {
+        match kind {
+            Some(k) => self.get(k),
+            None => MediaKind::ALL
+                .iter()
+                .map(|k| self.get(*k))
+                .try_fold(0u64, |top, b| b.map(|b| top.max(b))),
+        }
+    }
+}
+
+/// A set of per-token rates (a long-context tier, a service tier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rates {
+    pub input_per_mtok: PricePerMTok,
+    pub output_per_mtok: PricePerMTok,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_mtok: Option<PricePerMTok>,
+}
+
+/// Rates that replace the base ones for a call whose input exceeds a size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LongContext {
+    pub above_input_tokens: u64,
+    #[serde(flatten)]
+    pub rates: Rates,
+}
+
+/// The optional parts of a model entry; all default to "not declared".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ModelTerms {
+    /// Anthropic's 1-hour cache writes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write_1h_per_mtok: Option<PricePerMTok>,
+    /// `None`: by family (see `Destination::cap_field`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cap_field: Option<CapField>,
+    /// `None`: by family (see `Destination::reasoning_budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_budget: Option<u64>,
+    #[serde(skip_serializing_if = "MediaTokens::is_empty")]
+    pub media_tokens: MediaTokens,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_context: Option<LongContext>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub service_tiers: BTreeMap<ServiceTier, Rates>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,6 +206,8 @@ pub struct Destination {
     pub cached_input_per_mtok: Option<PricePerMTok>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_write_per_mtok: Option<PricePerMTok>,
+    #[serde(flatten)]
+    pub terms: ModelTerms,
 }
 
 /// A cache write without a rate in the price table is priced at this multiple of the
@@ -110,6 +222,72 @@ pub struct Rate {
     /// False: the table lacks this class and `per_mtok` is a conservative stand-in, so
     /// a cost that used it is `estimated`.
     pub listed: bool,
+}
+
+/// Which service tier a call is priced at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TierChoice {
+    /// The standard tier (`service_tier: default`, or an answer saying so).
+    Standard,
+    /// Asked for: its rates, or the standard ones where dearer (the ceiling must hold
+    /// whichever tier the vendor ends up serving).
+    Asked(ServiceTier),
+    /// Said served by the answer: its own rates (a tier without declared rates: the
+    /// dearest known, `listed` false).
+    Served(ServiceTier),
+    /// The vendor picks (no `service_tier`, or `auto`: a project's default tier may be
+    /// priority): the dearest of the standard and every declared tier.
+    AnyDeclared,
+    /// The served tier is one the table cannot name: the dearest of every declared one.
+    Dearest,
+}
+
+/// The rates one call is billed at (`Destination::rates`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub input: PricePerMTok,
+    pub output: PricePerMTok,
+    pub cached: Rate,
+    /// Cache writes (Anthropic's 5-minute ones, or the only kind).
+    pub write: Rate,
+    /// Anthropic's 1-hour cache writes.
+    pub write_1h: Rate,
+    pub bills_writes: bool,
+    pub bills_1h_writes: bool,
+    /// False when the tier billed has no rates in the table (a stand-in was used).
+    pub listed: bool,
+}
+
+impl Applied {
+    /// The most one input token can cost: whatever class it is billed in.
+    pub fn input_ceiling(&self) -> PricePerMTok {
+        let mut top = self.input.max(self.cached.per_mtok);
+        if self.bills_writes {
+            top = top.max(self.write.per_mtok);
+        }
+        if self.bills_1h_writes {
+            top = top.max(self.write_1h.per_mtok);
+        }
+        top
+    }
+}
+
+fn times(rate: PricePerMTok, k: u32) -> PricePerMTok {
+    let v = rate.per_million().decimal();
+    PricePerMTok::new(
+        v.checked_mul(k.into())
+            .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new),
+    )
+}
+
+/// A model id as its family patterns read it: lower case, without a vendor prefix
+/// (`openai/o3-mini` on a relay is `o3-mini`).
+fn family_name(upstream: &str) -> String {
+    upstream
+        .rsplit('/')
+        .next()
+        .unwrap_or(upstream)
+        .to_ascii_lowercase()
 }
 
 impl Destination {
@@ -160,14 +338,162 @@ impl Destination {
         self.cache_write_per_mtok.is_some() || self.api == Api::Anthropic
     }
 
-    /// The most one input token can cost here: the input bound of a worst case is
-    /// priced at this rate so the ceiling stays a proof whatever class a token lands in.
+    /// Whether a call here can be billed for 1-hour cache writes: Anthropic's, or any
+    /// API whose entry lists the rate.
+    pub fn bills_1h_cache_writes(&self) -> bool {
+        self.terms.cache_write_1h_per_mtok.is_some() || self.api == Api::Anthropic
+    }
+
+    /// The most one input token can cost here at the base rates: see `rates`.
     pub fn input_rate_ceiling(&self) -> PricePerMTok {
-        let mut top = self.input_per_mtok.max(self.cached_input_rate().per_mtok);
-        if self.bills_cache_writes() {
-            top = top.max(self.cache_write_rate().per_mtok);
+        self.rates(0, TierChoice::Standard).input_ceiling()
+    }
+
+    /// The rates a call with `input_tokens` input tokens at `tier` is billed at, class
+    /// by class, the dearest applicable. Above the long-context threshold the
+    /// long-context rates apply; a service tier's declared rates are taken where dearer
+    /// (the ceiling must hold whichever way the vendor reads its own tiers); cache
+    /// writes of a call not at the base rates are priced at the stand-in multiple of its
+    /// input rate, since listed write rates are for base input. A rate the table lacks
+    /// makes `listed` false.
+    pub fn rates(&self, input_tokens: u64, tier: TierChoice) -> Applied {
+        let base = Rates {
+            input_per_mtok: self.input_per_mtok,
+            output_per_mtok: self.output_per_mtok,
+            cached_input_per_mtok: self.cached_input_per_mtok,
+        };
+        let dearer = |a: Rates, b: Rates| Rates {
+            input_per_mtok: a.input_per_mtok.max(b.input_per_mtok),
+            output_per_mtok: a.output_per_mtok.max(b.output_per_mtok),
+            cached_input_per_mtok: match (a.cached_input_per_mtok, b.cached_input_per_mtok) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            },
+        };
+        // Taken class by class with the base rates where dearer, so the rates never fall
+        // as the input grows: a charge for less input than the bound never exceeds the
+        // worst case, whatever an entry declares.
+        let mut r = match self.terms.long_context {
+            Some(l) if input_tokens > l.above_input_tokens => dearer(base, l.rates),
+            Some(_) | None => base,
+        };
+        let mut listed = true;
+        let declared = self.terms.service_tiers.values();
+        match tier {
+            TierChoice::Standard => {}
+            TierChoice::Asked(t) => match self.terms.service_tiers.get(&t) {
+                Some(x) => r = dearer(r, *x),
+                None => listed = false,
+            },
+            TierChoice::Served(t) => match self.terms.service_tiers.get(&t) {
+                // Billed at its own rates (flex below the standard ones); above the
+                // long-context threshold, the dearer of the two.
+                Some(x) if r == base => r = *x,
+                Some(x) => r = dearer(r, *x),
+                None => {
+                    listed = false;
+                    r = declared.fold(r, |r, x| dearer(r, *x));
+                }
+            },
+            TierChoice::AnyDeclared => r = declared.fold(r, |r, x| dearer(r, *x)),
+            TierChoice::Dearest => {
+                listed = false;
+                r = declared.fold(r, |r, x| dearer(r, *x));
+            }
         }
-        top
+        let at_base = r == base;
+        let fallback = Rate {
+            per_mtok: times(r.input_per_mtok, CACHE_WRITE_FALLBACK_MULTIPLIER),
+            listed: false,
+        };
+        let write = if at_base {
+            self.cache_write_rate()
+        } else {
+            fallback
+        };
+        let write_1h = match (at_base, self.terms.cache_write_1h_per_mtok) {
+            (true, Some(x)) => Rate {
+                per_mtok: x,
+                listed: true,
+            },
+            (true, None) | (false, _) => fallback,
+        };
+        let cached = match r.cached_input_per_mtok {
+            Some(c) => Rate {
+                per_mtok: c,
+                listed: true,
+            },
+            None => Rate {
+                per_mtok: r.input_per_mtok,
+                listed: false,
+            },
+        };
+        Applied {
+            input: r.input_per_mtok,
+            output: r.output_per_mtok,
+            cached,
+            write,
+            write_1h,
+            bills_writes: self.bills_cache_writes(),
+            bills_1h_writes: self.bills_1h_cache_writes(),
+            listed,
+        }
+    }
+
+    /// The request field this model reads its output cap from: the entry's
+    /// `cap_field`, else by family. OpenAI's reasoning models (`o1`, `o3`, `o4-mini`,
+    /// `gpt-5`…: an `o` and a digit, or `gpt-` and a major version of 5 or more) take
+    /// only `max_completion_tokens`; every other model, and every OpenAI-compatible
+    /// server purser knows, reads `max_tokens`.
+    pub fn cap_field(&self) -> CapField {
+        if let Some(f) = self.terms.cap_field {
+            return f;
+        }
+        let name = family_name(&self.upstream_model);
+        let mut chars = name.chars();
+        let o_digit = chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit());
+        let gpt_major = name
+            .strip_prefix("gpt-")
+            .map(|v| {
+                v.chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect::<String>()
+            })
+            .and_then(|v| v.parse::<u32>().ok())
+            .is_some_and(|major| major >= 5);
+        if o_digit || gpt_major {
+            CapField::MaxCompletionTokens
+        } else {
+            CapField::MaxTokens
+        }
+    }
+
+    /// Reasoning tokens per choice this model may bill beyond its output cap: the
+    /// entry's `reasoning_budget`, else by family. `None`: it bills none outside the
+    /// cap (OpenAI's reasoning tokens are inside `max_completion_tokens`).
+    /// - DeepSeek's reasoner (`deepseek-reasoner`, `deepseek-r1…`): its chain of thought
+    ///   is outside `max_tokens` and up to 32K tokens (DeepSeek API docs, reasoning model).
+    /// - Gemini 2.5 and later (`gemini-2.5-…`, `gemini-3…`) think by default; purser
+    ///   sends this budget as `thinkingConfig.thinkingBudget` and counts it outside the
+    ///   cap: 8192. `gemini-2.5-flash-lite` does not think unless asked: none.
+    pub fn reasoning_budget(&self) -> Option<u64> {
+        if self.terms.reasoning_budget.is_some() {
+            return self.terms.reasoning_budget;
+        }
+        let name = family_name(&self.upstream_model);
+        if name.starts_with("deepseek-reasoner") || name.starts_with("deepseek-r1") {
+            return Some(32_768);
+        }
+        if name.starts_with("gemini-2.5-flash-lite") {
+            return None;
+        }
+        let thinks = name.starts_with("gemini-2.5")
+            || name
+                .strip_prefix("gemini-")
+                .and_then(|v| v.split(['.', '-']).next())
+                .and_then(|major| major.parse::<u32>().ok())
+                .is_some_and(|major| major >= 3);
+        thinks.then_some(8_192)
     }
 
     /// Exact cost of a call with these token counts at this destination's prices.
@@ -220,6 +546,15 @@ pub struct Policy {
     pub budgets: Vec<Budget>,
     /// Every model the policy allows, with its route (possibly empty: refused at selection).
     pub routes: BTreeMap<ModelName, Route>,
+}
+
+impl Policy {
+    /// Whether a request's worst case must be a proof: under a hard ceiling, and under
+    /// any budget (`soft` relaxes failover, never the budget, so what a soft request
+    /// reserves is a real bound too). What cannot be bounded is then refused.
+    pub fn needs_proof(&self) -> bool {
+        self.ceiling.mode == Mode::Hard || !self.budgets.is_empty()
+    }
 }
 
 /// The part of the plan that is hashed: everything that decides a request.
@@ -328,5 +663,98 @@ impl Plan {
             "providers": self.body.providers,
             "policies": self.body.policies,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(api: Api, upstream: &str) -> Destination {
+        Destination {
+            provider: ProviderId::new("p"),
+            model: ModelName::new("m"),
+            upstream_model: upstream.into(),
+            api,
+            jurisdiction: Jurisdiction::new("us"),
+            tier: Tier::Account,
+            context_window: 1_000,
+            input_per_mtok: PricePerMTok::new(Money::ZERO),
+            output_per_mtok: PricePerMTok::new(Money::ZERO),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
+            terms: ModelTerms::default(),
+        }
+    }
+
+    #[test]
+    fn the_cap_field_is_read_from_the_family_unless_the_entry_says() {
+        for m in [
+            "o1",
+            "o1-mini",
+            "o3",
+            "o3-mini",
+            "o4-mini",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5.1",
+            "openai/o3-mini",
+            "GPT-6",
+        ] {
+            assert_eq!(
+                named(Api::Openai, m).cap_field(),
+                CapField::MaxCompletionTokens,
+                "{m}"
+            );
+        }
+        for m in [
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "llama-3.1-8b",
+            "omni-x",
+            "gpt-4o-2024",
+            "qwen2.5",
+        ] {
+            assert_eq!(
+                named(Api::Openai, m).cap_field(),
+                CapField::MaxTokens,
+                "{m}"
+            );
+        }
+        let mut d = named(Api::Openai, "gpt-4o-mini");
+        d.terms.cap_field = Some(CapField::MaxCompletionTokens);
+        assert_eq!(d.cap_field(), CapField::MaxCompletionTokens);
+    }
+
+    #[test]
+    fn the_reasoning_budget_is_read_from_the_family_unless_the_entry_says() {
+        assert_eq!(
+            named(Api::Openai, "deepseek-reasoner").reasoning_budget(),
+            Some(32_768)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-pro").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-flash").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-3-pro-preview").reasoning_budget(),
+            Some(8_192)
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.5-flash-lite").reasoning_budget(),
+            None
+        );
+        assert_eq!(
+            named(Api::Gemini, "gemini-2.0-flash").reasoning_budget(),
+            None
+        );
+        assert_eq!(named(Api::Openai, "o3").reasoning_budget(), None);
+        let mut d = named(Api::Gemini, "gemini-2.5-pro");
+        d.terms.reasoning_budget = Some(128);
+        assert_eq!(d.reasoning_budget(), Some(128));
     }
 }

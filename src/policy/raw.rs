@@ -84,6 +84,89 @@ pub struct RawModel {
     pub output_per_mtok: String,
     pub cached_input_per_mtok: Option<String>,
     pub cache_write_per_mtok: Option<String>,
+    /// Anthropic's 1-hour cache writes (dearer than the 5-minute ones).
+    pub cache_write_1h_per_mtok: Option<String>,
+    /// Which request field carries the output cap (OpenAI API); default by family.
+    pub cap_field: Option<CapField>,
+    /// Reasoning tokens per choice the model may bill beyond its output cap; default
+    /// by family. Sent to Gemini as `thinkingConfig.thinkingBudget`.
+    pub reasoning_budget: Option<u64>,
+    /// Declared token bounds of parts whose tokens cannot be bounded from their bytes.
+    pub media_tokens: Option<RawMediaTokens>,
+    /// Dearer rates above an input size (Gemini 2.5 Pro above 200k input).
+    pub long_context: Option<RawLongContext>,
+    /// Rates of the vendor's service tiers (OpenAI `service_tier`: priority, flex).
+    pub service_tiers: Option<BTreeMap<ServiceTier, RawRates>>,
+}
+
+/// The field a model reads its output cap from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl CapField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapField::MaxTokens => "max_tokens",
+            CapField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
+/// A priced service tier a request may ask for (OpenAI `service_tier`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceTier {
+    Priority,
+    Flex,
+}
+
+impl ServiceTier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceTier::Priority => "priority",
+            ServiceTier::Flex => "flex",
+        }
+    }
+
+    /// The tier a request's or response's `service_tier` value names; `None` for the
+    /// standard tier's names and for names purser does not know.
+    pub fn parse(s: &str) -> Option<ServiceTier> {
+        match s {
+            "priority" => Some(ServiceTier::Priority),
+            "flex" => Some(ServiceTier::Flex),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMediaTokens {
+    pub image: Option<u64>,
+    pub audio: Option<u64>,
+    pub video: Option<u64>,
+    pub file: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRates {
+    pub input_per_mtok: String,
+    pub output_per_mtok: String,
+    pub cached_input_per_mtok: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLongContext {
+    pub above_input_tokens: u64,
+    pub input_per_mtok: String,
+    pub output_per_mtok: String,
+    pub cached_input_per_mtok: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

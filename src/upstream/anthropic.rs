@@ -200,5 +200,8 @@ pub fn usage(u: &Value) -> Usage {
         output: count(u, "/output_tokens"),
         // Extended thinking is inside output_tokens and not broken out.
         reasoning: None,
+        // The split of writes by cache lifetime, where the answer gives it.
+        cache_write_1h: count(u, "/cache_creation/ephemeral_1h_input_tokens"),
+        served_tier: None,
     }
 }

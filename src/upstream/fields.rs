@@ -225,7 +225,9 @@ pub static TABLE: &[Row] = &[
         anthropic: T(
             "an `image` block: a `base64` source for a `data:` URL, a `url` source otherwise",
         ),
-        gemini: T("an `inlineData` part for a `data:` URL, a `fileData` part otherwise"),
+        gemini: T(
+            "an `inlineData` part for a `data:` URL, a `fileData` part otherwise (with the `mimeType` of the URL's extension, video and audio included); the input bound counts it as an image, video, audio or file by that type, a URL of unknown type as the largest declared kind",
+        ),
     },
     Row {
         field: "messages[].content[].image_url.detail",
@@ -252,18 +254,22 @@ pub static TABLE: &[Row] = &[
     Row {
         field: "max_tokens",
         openai: T(
-            "the bound the ceiling was proved with, in the cap field the client used (`max_completion_tokens` if present, else `max_tokens`); the other cap field is removed",
+            "the bound the ceiling was proved with, in the field the model reads whichever the client used: the model entry's `cap_field`, else `max_completion_tokens` for OpenAI reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5` and later) and `max_tokens` otherwise; the other cap field is removed",
         ),
         anthropic: T("`max_tokens`: the bound the ceiling was proved with"),
-        gemini: T("`generationConfig.maxOutputTokens`: the bound the ceiling was proved with"),
+        gemini: T(
+            "`generationConfig.maxOutputTokens`: the bound the ceiling was proved with; a thinking model (the entry's `reasoning_budget`, else `gemini-2.5` but not flash-lite, `gemini-3` and later: 8192) also gets `generationConfig.thinkingConfig.thinkingBudget`, counted in the output bound",
+        ),
     },
     Row {
         field: "max_completion_tokens",
         openai: T(
-            "the bound the ceiling was proved with, in the cap field the client used (`max_completion_tokens` if present, else `max_tokens`); the other cap field is removed",
+            "the bound the ceiling was proved with, in the field the model reads whichever the client used: the model entry's `cap_field`, else `max_completion_tokens` for OpenAI reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5` and later) and `max_tokens` otherwise; the other cap field is removed",
         ),
         anthropic: T("`max_tokens`: the bound the ceiling was proved with"),
-        gemini: T("`generationConfig.maxOutputTokens`: the bound the ceiling was proved with"),
+        gemini: T(
+            "`generationConfig.maxOutputTokens`: the bound the ceiling was proved with; a thinking model (the entry's `reasoning_budget`, else `gemini-2.5` but not flash-lite, `gemini-3` and later: 8192) also gets `generationConfig.thinkingConfig.thinkingBudget`, counted in the output bound",
+        ),
     },
     Row {
         field: "stream",
@@ -747,6 +753,33 @@ pub fn markdown() -> String {
             cell(r.openai).replace('|', "\\|"),
             cell(r.anthropic).replace('|', "\\|"),
             cell(r.gemini).replace('|', "\\|"),
+        ));
+    }
+    s.push_str(
+        "\n## What the input bound counts\n\n\
+         Whatever is sent is counted: the input bound of a destination is computed over the\n\
+         body as that destination's API receives it (`src/upstream/bound.rs`), every\n\
+         string, key and number of it by its UTF-8 bytes (no tokenizer makes more tokens\n\
+         than bytes), plus the overheads below. A part whose tokens cannot be read from its\n\
+         bytes (any part type but `text` and `refusal`: images, audio, video, files, remote\n\
+         URLs; an assistant turn's `audio` reference) counts at the bound its model entry\n\
+         declares in `media_tokens`, or is\n\
+         refused with `invalid_request` naming it under a hard ceiling and under any policy\n\
+         with a budget.\n\n\
+         | API | per | tokens | source |\n|---|---|---|---|\n",
+    );
+    for o in super::bound::OVERHEADS {
+        let per = match o.per {
+            super::bound::Per::Request => "request",
+            super::bound::Per::Message => "message",
+            super::bound::Per::Tool => "tool",
+            super::bound::Per::ToolUsePrompt => "request with tools (tool-use prompt)",
+        };
+        s.push_str(&format!(
+            "| {} | {per} | {} | {} |\n",
+            o.api.as_str(),
+            o.tokens,
+            o.source.replace('|', "\\|")
         ));
     }
     s

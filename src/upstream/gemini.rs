@@ -37,6 +37,11 @@ pub fn prepare(
     let b = &req.body;
     let mut config = Map::new();
     config.insert("maxOutputTokens".into(), json!(req.max_tokens));
+    // A thinking model is held to the budget its output bound counts beyond the cap;
+    // left to itself it thinks as long as it likes.
+    if let Some(budget) = dest.reasoning_budget() {
+        config.insert("thinkingConfig".into(), json!({"thinkingBudget": budget}));
+    }
     for (from, to) in [
         ("temperature", "temperature"),
         ("top_p", "topP"),
@@ -246,5 +251,6 @@ pub fn usage(m: &Value, complete: bool) -> Usage {
         cache_write: prompt.map(|_| 0),
         output: output.filter(|_| complete),
         reasoning: thoughts.or(output.map(|_| 0)).filter(|_| complete),
+        ..Usage::default()
     }
 }

@@ -2,6 +2,7 @@
 //! per-API translations (each adapter a pair of pure functions).
 
 pub mod anthropic;
+pub mod bound;
 pub mod fields;
 pub mod gemini;
 pub mod openai;
@@ -124,6 +125,35 @@ pub struct Usage {
     pub output: Option<u64>,
     /// Of `output`, reasoning or thought tokens (same rate; shown to the client).
     pub reasoning: Option<u64>,
+    /// Of `cache_write`, written to Anthropic's 1-hour cache (dearer than the
+    /// 5-minute one). `None` where the vendor did not break writes down: priced at the
+    /// dearer rate where the destination bills 1-hour writes.
+    pub cache_write_1h: Option<u64>,
+    /// The service tier the answer says it was served at (OpenAI `service_tier`).
+    /// `None`: not said; the tier the request asked for is charged.
+    pub served_tier: Option<ServedTier>,
+}
+
+/// The service tier an answer says was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServedTier {
+    /// The standard rates (`default`, `auto`).
+    Standard,
+    Tier(crate::policy::plan::ServiceTier),
+    /// A tier purser has no name for (`scale`, a new one): charged at the dearest
+    /// declared rates and marked estimated.
+    Unlisted,
+}
+
+impl ServedTier {
+    /// An answer's `service_tier` value.
+    pub fn parse(s: &str) -> ServedTier {
+        match s {
+            "default" | "auto" | "standard" => ServedTier::Standard,
+            other => crate::policy::plan::ServiceTier::parse(other)
+                .map_or(ServedTier::Unlisted, ServedTier::Tier),
+        }
+    }
 }
 
 /// A token count at this JSON pointer; `null`, absent or not a count is `None`.
@@ -557,6 +587,24 @@ pub fn mime_from_url(url: &str) -> Option<&'static str> {
         "heic" => "image/heic",
         "heif" => "image/heif",
         "pdf" => "application/pdf",
+        // Video and audio, so Gemini receives (and the bound counts) them as what they are.
+        "mp4" => "video/mp4",
+        "mpeg" | "mpg" => "video/mpeg",
+        "mov" => "video/quicktime",
+        "webm" => "video/webm",
+        "avi" => "video/x-msvideo",
+        "wmv" => "video/x-ms-wmv",
+        "flv" => "video/x-flv",
+        "3gp" => "video/3gpp",
+        "mp3" => "audio/mpeg",
+        "wav" => "audio/wav",
+        "aac" => "audio/aac",
+        "ogg" => "audio/ogg",
+        "flac" => "audio/flac",
+        "aiff" => "audio/aiff",
+        "txt" => "text/plain",
+        "html" => "text/html",
+        "csv" => "text/csv",
         _ => return None,
     })
 }
@@ -616,6 +664,7 @@ mod tests {
             output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
             cached_input_per_mtok: None,
             cache_write_per_mtok: None,
+            terms: Default::default(),
         }
     }
 

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{ChatRequest, Prepared, Usage, count};
-use crate::policy::plan::Destination;
+use crate::policy::plan::{CapField, Destination};
 
 pub fn prepare(
     dest: &Destination,
@@ -16,12 +16,12 @@ pub fn prepare(
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
         // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
-        // the field the client used (max_completion_tokens when present, which is the
-        // one OpenAI reads when both are set); the other is removed.
-        let (keep, drop) = if o.get("max_completion_tokens").is_some_and(|v| !v.is_null()) {
-            ("max_completion_tokens", "max_tokens")
-        } else {
-            ("max_tokens", "max_completion_tokens")
+        // the field this model reads (its entry's `cap_field`, else by family: OpenAI's
+        // reasoning models refuse `max_tokens`), whichever field the client used; the
+        // other is removed.
+        let (keep, drop) = match dest.cap_field() {
+            CapField::MaxCompletionTokens => ("max_completion_tokens", "max_tokens"),
+            CapField::MaxTokens => ("max_tokens", "max_completion_tokens"),
         };
         o.remove(drop);
         o.insert(keep.into(), json!(req.max_tokens));
@@ -59,7 +59,17 @@ pub fn translate(body: Value) -> (Value, Usage) {
 
 /// The usage of an OpenAI chat.completion (its `usage` block).
 pub fn usage(body: &Value) -> Usage {
-    body.get("usage").map_or_else(Usage::default, usage_block)
+    Usage {
+        served_tier: served_tier(body),
+        ..body.get("usage").map_or_else(Usage::default, usage_block)
+    }
+}
+
+/// The tier an answer (or a stream chunk) says it was served at.
+pub fn served_tier(body: &Value) -> Option<super::ServedTier> {
+    body.get("service_tier")
+        .and_then(Value::as_str)
+        .map(super::ServedTier::parse)
 }
 
 /// An OpenAI `usage` object, as in a chat.completion or a stream's usage chunk.
@@ -95,5 +105,6 @@ pub fn usage_block(u: &Value) -> Usage {
         output: super::largest([count(u, "/completion_tokens"), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
+        ..Usage::default()
     }
 }

@@ -367,7 +367,8 @@ impl ChunkTranslator {
     /// sends them for classes it has nothing for) does not erase an earlier figure.
     fn merge_anthropic_usage(&mut self, u: Option<&Value>) {
         for (k, n) in u.and_then(Value::as_object).into_iter().flatten() {
-            if n.is_u64() {
+            // `cache_creation` splits the writes by cache lifetime (priced apart).
+            if n.is_u64() || (k == "cache_creation" && n.is_object()) {
                 self.anthropic_usage.insert(k.clone(), n.clone());
             }
         }

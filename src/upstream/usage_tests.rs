@@ -28,6 +28,7 @@ fn dest(api: Api) -> Destination {
         output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
         cached_input_per_mtok: None,
         cache_write_per_mtok: None,
+        terms: Default::default(),
     }
 }
 
@@ -42,6 +43,7 @@ fn usage(input: u64, cached: u64, write: u64, output: u64, reasoning: Option<u64
         cache_write: Some(write),
         output: Some(output),
         reasoning,
+        ..Usage::default()
     }
 }
 
@@ -70,9 +72,22 @@ fn client_usage(api: Api, body: &str) -> (Value, Usage) {
 #[test]
 fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
     let (_, u) = client_usage(Api::Openai, fixture!("openai-usage-detail.json"));
-    assert_eq!(u, usage(2000, 1536, 0, 300, Some(256)));
+    // The fixture says it was served at the standard tier.
+    assert_eq!(
+        u,
+        Usage {
+            served_tier: Some(super::ServedTier::Standard),
+            ..usage(2000, 1536, 0, 300, Some(256))
+        }
+    );
     let (_, u) = client_usage(Api::Openai, fixture!("openai.json"));
-    assert_eq!(u, usage(12, 0, 0, 8, Some(0)));
+    assert_eq!(
+        u,
+        Usage {
+            served_tier: Some(super::ServedTier::Standard),
+            ..usage(12, 0, 0, 8, Some(0))
+        }
+    );
 }
 
 #[test]
@@ -86,6 +101,7 @@ fn an_openai_compatible_answer_without_details_leaves_the_split_unreported() {
             cache_write: Some(0),
             output: Some(2),
             reasoning: None,
+            ..Usage::default()
         }
     );
 }
@@ -116,7 +132,14 @@ fn missing_usage_is_not_zero_usage() {
 #[test]
 fn anthropic_cache_reads_and_writes_are_added_to_input_tokens() {
     let (client, u) = client_usage(Api::Anthropic, fixture!("anthropic-cache.json"));
-    assert_eq!(u, usage(4012, 3000, 1000, 8, None));
+    // The fixture splits writes by lifetime: none of them 1-hour.
+    assert_eq!(
+        u,
+        Usage {
+            cache_write_1h: Some(0),
+            ..usage(4012, 3000, 1000, 8, None)
+        }
+    );
     assert_eq!(
         client,
         json!({"prompt_tokens": 4012, "completion_tokens": 8, "total_tokens": 4020,
@@ -139,6 +162,7 @@ fn anthropic_without_cache_counts_leaves_them_unreported() {
             cache_write: None,
             output: Some(3),
             reasoning: None,
+            ..Usage::default()
         }
     );
 }
@@ -210,7 +234,11 @@ fn streams_report_the_same_usage_as_plain_answers() {
         (
             Api::Anthropic,
             fixture!("anthropic-cache.sse"),
-            usage(4012, 3000, 1000, 8, None),
+            // As the plain answer: writes split by cache lifetime, none for an hour.
+            Usage {
+                cache_write_1h: Some(0),
+                ..usage(4012, 3000, 1000, 8, None)
+            },
         ),
         (
             Api::Gemini,
@@ -327,7 +355,13 @@ fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
         data: json!({"choices": [], "usage": {"prompt_tokens": 4012, "completion_tokens": 8}})
             .to_string(),
     });
-    assert_eq!(t.usage(), usage(4012, 3000, 1000, 8, None));
+    assert_eq!(
+        t.usage(),
+        Usage {
+            cache_write_1h: Some(0),
+            ..usage(4012, 3000, 1000, 8, None)
+        }
+    );
 }
 
 #[test]

@@ -1,0 +1,607 @@
+//! The input bound of one call, computed over the request **as it will be sent** to a
+//! destination: the translated body, whatever field or part carries its text, plus
+//! that API's documented overheads (`OVERHEADS`, one row per overhead with its source).
+//!
+//! Why bytes bound tokens: no tokenizer purser speaks to emits more tokens than the
+//! UTF-8 bytes of the text it reads (byte-level BPE and SentencePiece with byte
+//! fallback make at most one token per byte). The body's serialized JSON contains
+//! every string the vendor renders (escaping only lengthens them) and every number and
+//! key, so its length bounds the text. What a vendor adds around it (role markers,
+//! reply priming, tool framing, the tool-use system prompt) is an overhead row.
+//!
+//! A part whose tokens cannot be read from its bytes (image, audio, video, file, a
+//! remote URL) is counted at the bound its model entry declares (`media_tokens`), or
+//! cannot be bounded: `Unbounded` names it. Knows nothing of policies: whether that
+//! refuses the request is the gateway's call.
+
+use serde_json::Value;
+
+use super::ChatRequest;
+use crate::policy::plan::{Api, Destination, MediaKind};
+
+/// What an overhead is counted per.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Per {
+    /// Once per call: reply priming, BOS, the generation prompt.
+    Request,
+    /// Each message: role markers and turn framing.
+    Message,
+    /// Each tool (function) declared: the framing its rendering adds.
+    Tool,
+    /// Once when any tool is declared: the vendor's tool-use system prompt.
+    ToolUsePrompt,
+}
+
+/// One documented overhead: tokens `api` adds `per` something, and where the figure is
+/// from. Where the vendor documents none, the row says so and carries a margin.
+#[derive(Debug, Clone, Copy)]
+pub struct Overhead {
+    pub api: Api,
+    pub per: Per,
+    pub tokens: u64,
+    pub source: &'static str,
+}
+
+/// Every overhead purser counts. One row per (API, per): `overhead` sums the rows.
+pub static OVERHEADS: &[Overhead] = &[
+    Overhead {
+        api: Api::Openai,
+        per: Per::Request,
+        tokens: 64,
+        source: "OpenAI cookbook, How to count tokens with tiktoken: every reply is primed with 3 tokens; OpenAI-compatible chat templates (Llama 3, Qwen, Mistral) add a BOS and a generation prompt of under 10. 64 covers both",
+    },
+    Overhead {
+        api: Api::Openai,
+        per: Per::Message,
+        tokens: 32,
+        source: "OpenAI cookbook, How to count tokens with tiktoken: 3 tokens per message, 1 more with a name; chat templates of OpenAI-compatible servers frame a turn in under 10 (Llama 3 header and end-of-turn tokens). 32 covers both",
+    },
+    Overhead {
+        api: Api::Openai,
+        per: Per::Tool,
+        tokens: 32,
+        source: "OpenAI cookbook, How to call functions with chat models / token counting: 7 tokens to open a function and 12 to close the list; the properties' own text is in the body's bytes, which are longer than OpenAI's TypeScript-like rendering of them",
+    },
+    Overhead {
+        api: Api::Openai,
+        per: Per::ToolUsePrompt,
+        tokens: 256,
+        source: "OpenAI documents none beyond the per-function tokens; chat templates of OpenAI-compatible servers wrap tools in an instruction (Hermes/Qwen 2.5 `# Tools` preamble, Llama 3.1 `Environment: ipython` prompt), about 100-150 tokens: 256",
+    },
+    Overhead {
+        api: Api::Anthropic,
+        per: Per::Request,
+        tokens: 64,
+        source: "not documented by Anthropic; the same reply-priming margin as OpenAI's",
+    },
+    Overhead {
+        api: Api::Anthropic,
+        per: Per::Message,
+        tokens: 32,
+        source: "not documented by Anthropic; the same turn-framing margin as OpenAI's",
+    },
+    Overhead {
+        api: Api::Anthropic,
+        per: Per::Tool,
+        tokens: 32,
+        source: "Anthropic, Tool use pricing: tool names, descriptions and schemas are billed as input (their bytes are counted); 32 per tool for their framing",
+    },
+    Overhead {
+        api: Api::Anthropic,
+        per: Per::ToolUsePrompt,
+        tokens: 530,
+        source: "Anthropic, Tool use pricing and tokens (docs.anthropic.com/en/docs/tool-use-pricing-and-tokens): a tool-use system prompt is added when `tools` is present; the largest figure listed is 530 (Claude 3 Opus, tool_choice auto; Claude 4 models 346)",
+    },
+    Overhead {
+        api: Api::Gemini,
+        per: Per::Request,
+        tokens: 64,
+        source: "not documented by Google; the same reply-priming margin as OpenAI's",
+    },
+    Overhead {
+        api: Api::Gemini,
+        per: Per::Message,
+        tokens: 32,
+        source: "not documented by Google; the same turn-framing margin as OpenAI's",
+    },
+    Overhead {
+        api: Api::Gemini,
+        per: Per::Tool,
+        tokens: 32,
+        source: "Gemini, Function calling: declarations are billed as input (their bytes are counted); 32 per declaration for their framing",
+    },
+    Overhead {
+        api: Api::Gemini,
+        per: Per::ToolUsePrompt,
+        tokens: 256,
+        source: "not documented by Google (usageMetadata.toolUsePromptTokenCount counts tool results, which purser adds to input); the OpenAI-compatible margin: 256",
+    },
+];
+
+/// Tokens `api` adds per `per`: the sum of its rows.
+pub fn overhead(api: Api, per: Per) -> u64 {
+    OVERHEADS
+        .iter()
+        .filter(|o| o.api == api && o.per == per)
+        .map(|o| o.tokens)
+        .sum()
+}
+
+pub use crate::selection::Unbounded;
+
+/// How parts without a declared bound are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undeclared {
+    /// Refused: the bound must be a proof (hard ceilings, budgets).
+    Refuse,
+    /// Counted at this many tokens, a stand-in and not a bound (soft, no budget).
+    StandIn(u64),
+}
+
+/// A non-text part of the client's messages, as `api` will receive it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Media {
+    pub param: String,
+    /// `None`: the kind cannot be told (a remote URL of unknown type, a part type
+    /// purser does not know): every kind's bound is needed.
+    pub kind: Option<MediaKind>,
+}
+
+/// Part types whose tokens are their text: counted by bytes. Every other part type is
+/// media, which a rule over unlisted types must treat as unbounded until declared.
+const TEXT_PARTS: [&str; 2] = ["text", "refusal"];
+
+fn is_media_part(p: &Value) -> bool {
+    !matches!(p.get("type").and_then(Value::as_str), Some(t) if TEXT_PARTS.contains(&t))
+}
+
+/// Every media part of the client's messages and its kind as `api` receives it.
+pub fn media_parts(api: Api, body: &Value) -> Vec<Media> {
+    let mut out = Vec::new();
+    for (i, m) in messages(body).iter().enumerate() {
+        // An assistant turn's `audio` names an earlier audio answer by id: the vendor
+        // bills that audio as input, which its few bytes do not bound.
+        if m.get("audio").is_some_and(|a| !a.is_null()) {
+            out.push(Media {
+                param: format!("messages[{i}].audio"),
+                kind: Some(MediaKind::Audio),
+            });
+        }
+        let Some(Value::Array(parts)) = m.get("content") else {
+            continue;
+        };
+        for (j, p) in parts.iter().enumerate() {
+            if is_media_part(p) {
+                out.push(Media {
+                    param: format!("messages[{i}].content[{j}]"),
+                    kind: kind(api, p),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn messages(body: &Value) -> &[Value] {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The kind of a media part at `api`. OpenAI and Anthropic read an `image_url` as an
+/// image whatever it points at; Gemini receives it as `inlineData`/`fileData` and reads
+/// it by its media type, so there a video or PDF URL is a video or a file.
+fn kind(api: Api, p: &Value) -> Option<MediaKind> {
+    match p.get("type").and_then(Value::as_str)? {
+        "image_url" => match api {
+            Api::Openai | Api::Anthropic => Some(MediaKind::Image),
+            Api::Gemini => {
+                let url = p
+                    .pointer("/image_url/url")
+                    .or_else(|| p.get("image_url"))
+                    .and_then(Value::as_str)?;
+                let mime = match super::data_url(url) {
+                    Some((mime, _)) => Some(mime),
+                    None => super::mime_from_url(url),
+                };
+                mime.and_then(kind_of_mime)
+            }
+        },
+        "image" | "input_image" => Some(MediaKind::Image),
+        "input_audio" | "audio_url" | "audio" => Some(MediaKind::Audio),
+        "video_url" | "video" => Some(MediaKind::Video),
+        "file" | "document" => Some(MediaKind::File),
+        _ => None,
+    }
+}
+
+/// The kind a media type is billed as; `None` for one purser cannot place.
+pub fn kind_of_mime(mime: &str) -> Option<MediaKind> {
+    let top = mime.split('/').next().unwrap_or_default();
+    match top {
+        "image" => Some(MediaKind::Image),
+        "audio" => Some(MediaKind::Audio),
+        "video" => Some(MediaKind::Video),
+        "application" | "text" => Some(MediaKind::File),
+        _ => None,
+    }
+}
+
+/// The input-token bound of sending `req` to `dest`: the translated body's bytes
+/// (media parts excluded), each media part at its declared bound, and the overheads.
+pub fn input_tokens(
+    dest: &Destination,
+    req: &ChatRequest,
+    undeclared: Undeclared,
+) -> Result<u64, Unbounded> {
+    let api = dest.api;
+    let mut media_tokens = 0u64;
+    for m in media_parts(api, &req.body) {
+        let declared = dest.terms.media_tokens.bound(m.kind);
+        let tokens = match (declared, undeclared) {
+            (Some(t), _) => t,
+            (None, Undeclared::StandIn(t)) => t,
+            (None, Undeclared::Refuse) => {
+                return Err(Unbounded {
+                    what: match m.kind {
+                        Some(k) => format!(
+                            "a {k} part, whose tokens cannot be bounded from its bytes, has no declared bound (`media_tokens.{k}` in the model entry)",
+                            k = k.as_str()
+                        ),
+                        None => "a part of a kind purser cannot tell (an unknown part type, or a URL of unknown media type) needs every kind in `media_tokens` declared".into(),
+                    },
+                    param: m.param,
+                });
+            }
+        };
+        media_tokens = media_tokens.saturating_add(tokens);
+    }
+    let text = sent_bytes(dest, req);
+    let body = &req.body;
+    let n_messages = messages(body).len() as u64;
+    let tools = ["tools", "functions"]
+        .iter()
+        .filter_map(|k| body.get(k).and_then(Value::as_array))
+        .map(|a| a.len() as u64)
+        .sum::<u64>();
+    let mut over = overhead(api, Per::Request)
+        .saturating_add(n_messages.saturating_mul(overhead(api, Per::Message)))
+        .saturating_add(tools.saturating_mul(overhead(api, Per::Tool)));
+    if tools > 0 {
+        over = over.saturating_add(overhead(api, Per::ToolUsePrompt));
+    }
+    Ok(text.saturating_add(media_tokens).saturating_add(over))
+}
+
+/// Bytes of the body as it leaves for `dest`, media parts left out.
+///
+/// Anthropic and Gemini: the translated body (`prepare`), walked. OpenAI: the
+/// translation is the client's body with `model`, one cap and stream options set, so
+/// the client's body is walked (no copy of a large prompt per candidate) and the
+/// bytes those edits can add are added: the upstream model id and `EDITS`.
+pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
+    match dest.api {
+        Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
+            .saturating_add(dest.upstream_model.len() as u64)
+            .saturating_add(OPENAI_EDITS),
+        Api::Anthropic => {
+            let p = super::anthropic::prepare(dest, "", None, req);
+            content_walk(&p.body, "messages", "content", |b| {
+                matches!(
+                    b.get("type").and_then(Value::as_str),
+                    Some("image" | "document")
+                )
+            })
+        }
+        Api::Gemini => {
+            let p = super::gemini::prepare(dest, "", None, req);
+            content_walk(&p.body, "contents", "parts", |p| {
+                p.get("inlineData").is_some() || p.get("fileData").is_some()
+            })
+        }
+    }
+}
+
+/// Most bytes OpenAI's edits add beyond the upstream model id: `"max_completion_tokens":`
+/// and a 20-digit cap, `"stream":true`, `"stream_options":{"include_usage":true}`.
+const OPENAI_EDITS: u64 = 128;
+
+/// Serialized bytes of `body` with the parts inside `list[].container[]` for which
+/// `media` holds left out.
+fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value) -> bool) -> u64 {
+    let Value::Object(top) = body else {
+        return json_len(body);
+    };
+    let mut n = 2u64;
+    for (k, v) in top {
+        n += k.len() as u64 + 4;
+        match (k == list, v) {
+            (true, Value::Array(items)) => {
+                n += 2;
+                for item in items {
+                    n += 1 + item_len(item, container, &media);
+                }
+            }
+            _ => n += json_len(v),
+        }
+    }
+    n
+}
+
+fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u64 {
+    let Value::Object(fields) = item else {
+        return json_len(item);
+    };
+    let mut n = 2u64;
+    for (k, v) in fields {
+        n += k.len() as u64 + 4;
+        match (k == container, v) {
+            (true, Value::Array(parts)) => {
+                n += 2;
+                for p in parts {
+                    n += 1 + if media(p) { 0 } else { json_len(p) };
+                }
+            }
+            _ => n += json_len(v),
+        }
+    }
+    n
+}
+
+/// Bytes of `v` as compact JSON, strings counted by their UTF-8 bytes plus quotes (no
+/// fewer than the text they carry; escapes would only add).
+pub fn json_len(v: &Value) -> u64 {
+    match v {
+        Value::Null => 4,
+        Value::Bool(b) => {
+            if *b {
+                4
+            } else {
+                5
+            }
+        }
+        // Up to 20 digits, a sign, a point and an exponent: 24 is never short.
+        Value::Number(_) => 24,
+        Value::String(s) => s.len() as u64 + 2,
+        Value::Array(a) => 2 + a.iter().map(|x| json_len(x) + 1).sum::<u64>(),
+        Value::Object(o) => {
+            2 + o
+                .iter()
+                .map(|(k, x)| k.len() as u64 + 4 + json_len(x))
+                .sum::<u64>()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Jurisdiction, ModelName, ProviderId};
+    use crate::money::PricePerMTok;
+    use crate::policy::plan::{MediaTokens, ModelTerms, Tier};
+    use serde_json::json;
+
+    fn dest(api: Api, media: MediaTokens) -> Destination {
+        Destination {
+            provider: ProviderId::new("p"),
+            model: ModelName::new("m"),
+            upstream_model: "up-m".into(),
+            api,
+            jurisdiction: Jurisdiction::new("us"),
+            tier: Tier::Account,
+            context_window: 1_000_000,
+            input_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+            output_per_mtok: PricePerMTok::new("1".parse().unwrap()),
+            cached_input_per_mtok: None,
+            cache_write_per_mtok: None,
+            terms: ModelTerms {
+                media_tokens: media,
+                ..ModelTerms::default()
+            },
+        }
+    }
+
+    fn req(body: Value) -> ChatRequest {
+        ChatRequest {
+            body,
+            max_tokens: 12_345_678_901,
+            stream: true,
+        }
+    }
+
+    const APIS: [Api; 3] = [Api::Openai, Api::Anthropic, Api::Gemini];
+
+    #[test]
+    fn every_api_has_one_row_per_overhead_with_a_source() {
+        for api in APIS {
+            for per in [Per::Request, Per::Message, Per::Tool, Per::ToolUsePrompt] {
+                let rows: Vec<_> = OVERHEADS
+                    .iter()
+                    .filter(|o| o.api == api && o.per == per)
+                    .collect();
+                assert_eq!(rows.len(), 1, "{api:?} {per:?}");
+                assert!(!rows[0].source.is_empty());
+            }
+        }
+        assert!(overhead(Api::Anthropic, Per::ToolUsePrompt) >= 530);
+    }
+
+    /// The bound holds over what is really sent: for each API, the bytes of every
+    /// string of the prepared body (the vendor's tokens' text) plus overheads never
+    /// exceed it.
+    #[test]
+    fn the_bound_covers_the_prepared_body() {
+        let body = json!({"model": "m", "stop": ["END"], "temperature": 0.5,
+            "tools": [{"type": "function", "function": {"name": "f", "description": "d".repeat(300), "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}],
+            "messages": [
+            {"role": "system", "content": "s".repeat(1000)},
+            {"role": "user", "content": [{"type": "text", "text": "é".repeat(500)}]},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\":\"yyyy\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r".repeat(700)},
+            {"role": "user", "content": "again"}]});
+        for api in APIS {
+            let d = dest(api, MediaTokens::default());
+            let r = req(body.clone());
+            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
+            assert!(
+                bound >= json_len(&sent),
+                "{api:?}: {bound} < {}",
+                json_len(&sent)
+            );
+            let exact = serde_json::to_string(&sent).unwrap().len() as u64;
+            assert!(bound >= exact, "{api:?}: {bound} < {exact}");
+        }
+    }
+
+    #[test]
+    fn message_fields_no_table_lists_are_counted() {
+        // vLLM renders an assistant's `reasoning_content` into the prompt.
+        let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]});
+        let mut heavy = plain.clone();
+        heavy["messages"][1]["reasoning_content"] = json!("r".repeat(400_000));
+        let d = dest(Api::Openai, MediaTokens::default());
+        let a = input_tokens(&d, &req(plain), Undeclared::Refuse).unwrap();
+        let b = input_tokens(&d, &req(heavy), Undeclared::Refuse).unwrap();
+        assert!(b >= a + 400_000, "{a} → {b}");
+    }
+
+    #[test]
+    fn media_needs_a_declared_bound_of_its_kind() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "read this"},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"}}]}]});
+        let none = dest(Api::Openai, MediaTokens::default());
+        let e = input_tokens(&none, &req(body.clone()), Undeclared::Refuse).unwrap_err();
+        assert_eq!(e.param, "messages[0].content[1]");
+        assert!(e.what.starts_with("a file part"), "{}", e.what);
+        let soft = input_tokens(&none, &req(body.clone()), Undeclared::StandIn(1_600)).unwrap();
+        let files = dest(
+            Api::Openai,
+            MediaTokens {
+                file: Some(50_000),
+                ..MediaTokens::default()
+            },
+        );
+        let declared = input_tokens(&files, &req(body), Undeclared::Refuse).unwrap();
+        assert_eq!(declared, soft - 1_600 + 50_000);
+    }
+
+    #[test]
+    fn an_audio_reference_is_media() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "assistant", "content": null, "audio": {"id": "audio_abc"}},
+            {"role": "user", "content": "and again"}]});
+        let e = input_tokens(
+            &dest(Api::Openai, MediaTokens::default()),
+            &req(body),
+            Undeclared::Refuse,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, "messages[0].audio");
+    }
+
+    #[test]
+    fn gemini_reads_a_url_by_its_media_type() {
+        let part = |url: &str| json!({"type": "image_url", "image_url": {"url": url}});
+        let k = |url: &str| kind(Api::Gemini, &part(url));
+        assert_eq!(k("https://x/cat.png"), Some(MediaKind::Image));
+        assert_eq!(k("https://x/talk.mp4"), Some(MediaKind::Video));
+        assert_eq!(k("https://x/paper.pdf?dl=1"), Some(MediaKind::File));
+        assert_eq!(k("data:video/webm;base64,AAAA"), Some(MediaKind::Video));
+        assert_eq!(k("https://x/unknown"), None);
+        // OpenAI and Anthropic read it as an image, whatever it points at.
+        assert_eq!(
+            kind(Api::Anthropic, &part("https://x/talk.mp4")),
+            Some(MediaKind::Image)
+        );
+        // A part of unknown kind needs every kind declared, and counts the largest.
+        let all = MediaTokens {
+            image: Some(1),
+            audio: Some(2),
+            video: Some(300),
+            file: Some(4),
+        };
+        assert_eq!(all.bound(None), Some(300));
+        let some = MediaTokens { video: None, ..all };
+        assert_eq!(some.bound(None), None);
+    }
+
+    #[test]
+    fn anthropic_counts_its_tool_use_system_prompt() {
+        let plain = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let mut tools = plain.clone();
+        tools["tools"] = json!([{"type": "function", "function": {"name": "f"}}]);
+        let d = dest(Api::Anthropic, MediaTokens::default());
+        let a = input_tokens(&d, &req(plain), Undeclared::Refuse).unwrap();
+        let b = input_tokens(&d, &req(tools), Undeclared::Refuse).unwrap();
+        assert!(b >= a + 530, "{a} → {b}");
+    }
+
+    fn text() -> impl proptest::strategy::Strategy<Value = String> {
+        // Any Unicode, quotes and control characters included (escaped when sent).
+        proptest::string::string_regex("(?s).{0,40}").unwrap()
+    }
+
+    fn any_body() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let message = (0usize..4, text(), proptest::option::of(text())).prop_map(|(role, t, extra)| {
+            let role = ["system", "user", "assistant", "tool"][role];
+            let mut m = json!({"role": role, "content": t});
+            if role == "tool" {
+                m["tool_call_id"] = json!("c1");
+            }
+            if let (Some(e), "assistant") = (extra, role) {
+                m["tool_calls"] = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": json!({"x": e}).to_string()}}]);
+            }
+            m
+        });
+        (
+            proptest::collection::vec(message, 1..6),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        )
+            .prop_map(|(messages, tool_doc, stop)| {
+                let mut b = json!({"model": "m", "messages": messages});
+                if let Some(d) = tool_doc {
+                    b["tools"] = json!([{"type": "function", "function": {"name": "f", "description": d, "parameters": {"type": "object", "properties": {"x": {"type": "string", "description": d}}}}}]);
+                }
+                if let Some(s) = stop {
+                    b["stop"] = json!(s);
+                }
+                b
+            })
+    }
+
+    /// Every string the vendor receives, by its UTF-8 bytes: what its tokens are made of.
+    fn string_bytes(v: &Value) -> u64 {
+        match v {
+            Value::String(s) => s.len() as u64,
+            Value::Array(a) => a.iter().map(string_bytes).sum(),
+            Value::Object(o) => o
+                .iter()
+                .map(|(k, x)| k.len() as u64 + string_bytes(x))
+                .sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+    }
+
+    proptest::proptest! {
+        /// For any body, at every API, the bound is at least every string (and key) of
+        /// the body as prepared for that API, plus the overheads it counts.
+        #[test]
+        fn the_bound_covers_every_string_sent(body in any_body()) {
+            for api in APIS {
+                let d = dest(api, MediaTokens::default());
+                let r = req(body.clone());
+                let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+                let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
+                let messages = body["messages"].as_array().unwrap().len() as u64;
+                let floor = string_bytes(&sent)
+                    + overhead(api, Per::Request)
+                    + messages * overhead(api, Per::Message);
+                proptest::prop_assert!(bound >= floor, "{api:?}: {bound} < {floor}");
+            }
+        }
+    }
+}
