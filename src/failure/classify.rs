@@ -199,7 +199,20 @@ fn meaning(status: Option<u16>) -> Meaning {
 fn best(hits: &[Hit], keep: impl Fn(&Hit) -> bool) -> Option<&Hit> {
     hits.iter()
         .filter(|h| keep(h))
-        .min_by_key(|h| (u8::MAX - h.depth, !h.field.is_structured(), rank(h.class)))
+        .min_by_key(|h| {
+            (
+                u8::MAX - h.depth,
+                !h.field.is_structured(),
+                h.by_words,
+                rank(h.class),
+            )
+        })
+}
+
+/// Whether a hit names a cause: a structured field's cause row, or explicit prose
+/// (a credential, an account, quota, context, a missing model).
+fn names_cause(h: &Hit) -> bool {
+    h.structured_cause() || (!h.field.is_structured() && is_explicit(h.class))
 }
 
 /// The class of an error answer (or of an error inside a 2xx when `status` is None).
@@ -208,18 +221,25 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
         Some(s) => format!("HTTP {s}"),
         None => "an error inside a 2xx".to_string(),
     };
-    // 1. A refusal at any depth: nothing may launder it into a failover.
-    if let Some(h) = best(hits, |h| h.class == FailureClass::ContentRefusal) {
+    let refusal = |h: &Hit| h.class == FailureClass::ContentRefusal;
+    // 1. A structured content-policy signal at any depth: nothing may launder it.
+    if let Some(h) = best(hits, |h| refusal(h) && h.field.is_structured()) {
         return (h.class, Signal::of(h));
     }
-    // Only the innermost envelope that says anything is believed.
+    // 1b. Moderation words in prose, at any depth, are a refusal too: a refusal must
+    // never become a failover, and no status, family tag or other code says otherwise
+    // (xAI sends its refusals as `permission-denied`).
+    if let Some(h) = best(hits, |h| refusal(h) && !h.field.is_structured()) {
+        return (h.class, Signal::of(h));
+    }
+    // 2–5. The innermost signal that names a cause: a vendor's code before its prose,
+    // prose before the status.
+    if let Some(h) = best(hits, |h| !refusal(h) && names_cause(h)) {
+        return (h.class, Signal::of(h));
+    }
+    // Family signals: only the innermost envelope that says anything is believed.
     let depth = hits.iter().map(|h| h.depth).max().unwrap_or(0);
-    let inner = |h: &Hit| h.depth == depth;
-    // 2–5. Explicit signals.
-    if let Some(h) = best(hits, |h| inner(h) && is_explicit(h.class)) {
-        return (h.class, Signal::of(h));
-    }
-    let family = |h: &Hit| inner(h) && !is_explicit(h.class);
+    let family = |h: &Hit| h.depth == depth && !refusal(h) && !names_cause(h);
     // Within the provider family, "overloaded" (or a timeout code) names the fault
     // more closely than a generic server_error / api_error tag, so it refines it: a
     // body saying overloaded is overloaded (DESIGN 4). A prose "timed out" is too
@@ -233,14 +253,25 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
         Some(s) => Signal::status(s),
         None => Signal::new("status", at(status)),
     };
-    // 6–8. The status family, refined or opened by family signals.
+    // 400, 404, 413 and 422 say the vendor judged the request (DESIGN 4 names them
+    // malformed): a relay's "internal error" tag around a vendor's validation error does
+    // not make it the provider's fault. Unknown 4xx (Bedrock's 424) stay open to it.
+    let opens = |h: &Hit| {
+        family(h)
+            && !(h.class == FailureClass::ServerError
+                && matches!(status, Some(400 | 404 | 413 | 422)))
+    };
+    // 6–8. The status family, refined or opened by family signals. A family tag that
+    // agrees with the status is named as the signal: it was read, and it says so.
     match meaning(status) {
         Meaning::Fixed(c) => (c, status_signal()),
-        Meaning::Provider(c) => match best(hits, refines) {
+        Meaning::Provider(c) => match best(hits, refines)
+            .or_else(|| best(hits, |h| family(h) && h.field.is_structured() && h.class == c))
+        {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
-        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, family)) {
+        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, opens)) {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
@@ -285,6 +316,8 @@ fn classify_error(
             field: super::dialects::Field::Block,
             value: format!("{source}={value}"),
             depth: 0,
+            says: super::dialects::Says::Cause,
+            by_words: false,
         });
     }
     let (class, signal) = decide(status, &hits, raw);
