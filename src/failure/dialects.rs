@@ -104,6 +104,9 @@ pub enum Pat {
     Has(&'static str),
     /// Both substrings (prose that is only specific in combination).
     Both(&'static str, &'static str),
+    /// The first substring, then the second after it: "the model … is not supported"
+    /// names the model, "'max_tokens' is not supported with this model" a parameter.
+    Then(&'static str, &'static str),
     /// The value starts with this (Anthropic's `model: <name>` 404).
     Starts(&'static str),
     /// Any value at all (a non-empty `metadata.reasons` is a moderation verdict).
@@ -123,6 +126,9 @@ impl Pat {
             Pat::Is(p) => v == p,
             Pat::Has(p) => v.contains(p),
             Pat::Both(a, b) => v.contains(a) && v.contains(b),
+            Pat::Then(a, b) => v
+                .find(a)
+                .is_some_and(|i| v.get(i + a.len()..).is_some_and(|rest| rest.contains(b))),
             Pat::Starts(p) => v.trim_start().starts_with(p),
             Pat::Any => !v.is_empty(),
             Pat::HasBut(p, but) => v.contains(p) && !but.iter().any(|b| v.contains(b)),
@@ -135,7 +141,7 @@ impl Pat {
         match self {
             Pat::Is(_) | Pat::Any => v.to_string(),
             Pat::Has(p) | Pat::Starts(p) | Pat::HasBut(p, _) => p.to_string(),
-            Pat::Both(a, b) => format!("{a}…{b}"),
+            Pat::Both(a, b) | Pat::Then(a, b) => format!("{a}…{b}"),
             Pat::Word(w) => w.to_string(),
         }
     }
@@ -581,7 +587,7 @@ const PROSE: &[Rule] = &[
     ),
     r(
         F::Message,
-        P::Both("model", "is not supported"),
+        P::Then("model", "is not supported"),
         C::ModelNotFound,
     ),
     r(
@@ -863,6 +869,8 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("concurrency limit"), C::RateLimited, DOC_ZHIPU),
     // The input does not fit.
     s(F::Message, P::Has("context size"), C::ContextLength, DOC_LLAMACPP),
+    s(F::Message, P::Both("exceed", "context"), C::ContextLength, DOC_LLAMACPP),
+    s(F::Message, P::Has("max length exceeded"), C::ContextLength, DOC_LITELLM),
     s(F::Message, P::Has("maximum context"), C::ContextLength, DOC_OPENAI),
     s(F::Message, P::Has("context overflow"), C::ContextLength, DOC_LLAMACPP),
     s(F::Message, P::Both("context", "overflow"), C::ContextLength, DOC_LLAMACPP),
@@ -879,6 +887,7 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("invalid model"), C::ModelNotFound, DOC_PERPLEXITY),
     s(F::Message, P::Has("unknown model"), C::ModelNotFound, DOC_OPENAI),
     s(F::Message, P::Has("no such model"), C::ModelNotFound, DOC_OPENAI),
+    s(F::Message, P::Has("not a valid model"), C::ModelNotFound, "https://openrouter.ai/docs/api-reference/errors"),
     s(F::Message, P::Has("unsupported model"), C::ModelNotFound, DOC_OPENAI),
     s(F::Message, P::Both("model", "not exist"), C::ModelNotFound, DOC_OPENAI),
     s(F::Message, P::Has("模型不存在"), C::ModelNotFound, DOC_ZHIPU),
