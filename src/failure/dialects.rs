@@ -363,7 +363,10 @@ const ANTHROPIC: &[Rule] = &[
     g(F::Type, P::Is("not_found_error"), C::Malformed),
 ];
 
-/// Google (Gemini API, Vertex AI): canonical status names and `ErrorInfo` reasons.
+/// Google (Gemini API, Vertex AI): canonical status names and `ErrorInfo` reasons. A
+/// status name only restates the HTTP status (a family tag); the `ErrorInfo` reason
+/// names the cause (`MODEL_CAPACITY_EXHAUSTED` under `RESOURCE_EXHAUSTED` is capacity,
+/// not this account's quota).
 const GOOGLE: &[Rule] = &[
     r(F::Block, P::Is("blockreason"), C::ContentRefusal),
     r(F::Reason, P::Is("api_key_invalid"), C::Auth),
@@ -378,9 +381,9 @@ const GOOGLE: &[Rule] = &[
     r(F::Reason, P::Is("billing_disabled"), C::RateLimited),
     r(F::Reason, P::Is("rate_limit_exceeded"), C::RateLimited),
     r(F::Reason, P::Is("resource_exhausted"), C::RateLimited),
-    r(F::Status, P::Is("unauthenticated"), C::Auth),
-    r(F::Status, P::Is("permission_denied"), C::Auth),
-    r(F::Status, P::Is("resource_exhausted"), C::RateLimited),
+    g(F::Status, P::Is("unauthenticated"), C::Auth),
+    g(F::Status, P::Is("permission_denied"), C::Auth),
+    g(F::Status, P::Is("resource_exhausted"), C::RateLimited),
     g(F::Status, P::Is("unavailable"), C::Overloaded),
     g(F::Status, P::Is("deadline_exceeded"), C::Timeout),
     g(F::Status, P::Is("internal"), C::ServerError),
