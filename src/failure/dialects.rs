@@ -678,6 +678,8 @@ const CODE_WORDS: &[Rule] = &[
     s(F::AnyCode, P::Word("account_deactivated"), C::Auth, DOC_OPENAI),
     s(F::AnyCode, P::Word("account_disabled"), C::Auth, DOC_OPENAI),
     s(F::AnyCode, P::Word("account_suspended"), C::Auth, DOC_OPENAI),
+    s(F::AnyCode, P::Word("restricted"), C::Auth, "https://console.groq.com/docs/errors"),
+    s(F::AnyCode, P::Word("suspended"), C::Auth, DOC_GOOGLE),
     // Quota, credit, rate.
     s(F::AnyCode, P::Word("quota"), C::RateLimited, DOC_OPENAI),
     s(F::AnyCode, P::Word("balance"), C::RateLimited, DOC_SILICONFLOW),
@@ -686,6 +688,7 @@ const CODE_WORDS: &[Rule] = &[
     s(F::AnyCode, P::Word("billing"), C::RateLimited, DOC_OPENAI),
     s(F::AnyCode, P::Word("overdue"), C::RateLimited, DOC_VOLC),
     s(F::AnyCode, P::Word("arrears"), C::RateLimited, DOC_DASHSCOPE),
+    s(F::AnyCode, P::Word("arrearage"), C::RateLimited, DOC_DASHSCOPE),
     s(F::AnyCode, P::Word("payment_required"), C::RateLimited, DOC_OPENAI),
     // A rate-limit code restates a 429: a family tag, which a body saying
     // "high demand" refines to overloaded like any other.
@@ -844,6 +847,8 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("api key 无效"), C::Auth, DOC_DASHSCOPE),
     s(F::Message, P::Has("apikey无效"), C::Auth, DOC_DASHSCOPE),
     s(F::Message, P::Has("账户已被冻结"), C::Auth, DOC_ZHIPU),
+    s(F::Message, P::Has("has been restricted"), C::Auth, "https://console.groq.com/docs/errors"),
+    s(F::Message, P::Has("has been suspended"), C::Auth, DOC_GOOGLE),
     s(F::Message, P::Has("账号已被封禁"), C::Auth, DOC_ZHIPU),
     // Quota and credit.
     s(F::Message, P::Both("balance", "insufficient"), C::RateLimited, DOC_SILICONFLOW),
@@ -874,6 +879,7 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("context size"), C::ContextLength, DOC_LLAMACPP),
     s(F::Message, P::Both("exceed", "context"), C::ContextLength, DOC_LLAMACPP),
     s(F::Message, P::Has("max length exceeded"), C::ContextLength, DOC_LITELLM),
+    s(F::Message, P::Both("exceed", "token limit"), C::ContextLength, DOC_MOONSHOT),
     s(F::Message, P::Has("maximum context"), C::ContextLength, DOC_OPENAI),
     s(F::Message, P::Has("context overflow"), C::ContextLength, DOC_LLAMACPP),
     s(F::Message, P::Both("context", "overflow"), C::ContextLength, DOC_LLAMACPP),
