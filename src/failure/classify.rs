@@ -85,6 +85,9 @@ pub struct Signal {
     pub value: Cow<'static, str>,
     /// How many relay envelopes were opened to reach it (0: the answer itself).
     pub depth: u8,
+    /// Where the vocabulary row that matched comes from (empty for the status or an
+    /// answer field).
+    pub basis: &'static str,
 }
 
 impl Signal {
@@ -94,6 +97,7 @@ impl Signal {
             source: source.into(),
             value: value.into(),
             depth: 0,
+            basis: "",
         }
     }
 
@@ -106,6 +110,7 @@ impl Signal {
             source: format!("{} ({})", hit.field.name(), hit.dialect).into(),
             value: hit.value.clone().into(),
             depth: hit.depth,
+            basis: hit.basis,
         }
     }
 }
@@ -197,16 +202,14 @@ fn meaning(status: Option<u16>) -> Meaning {
 /// The best hit among those `keep` accepts: innermost first, structured before prose,
 /// then the precedence order of classes.
 fn best(hits: &[Hit], keep: impl Fn(&Hit) -> bool) -> Option<&Hit> {
-    hits.iter()
-        .filter(|h| keep(h))
-        .min_by_key(|h| {
-            (
-                u8::MAX - h.depth,
-                !h.field.is_structured(),
-                h.by_words,
-                rank(h.class),
-            )
-        })
+    hits.iter().filter(|h| keep(h)).min_by_key(|h| {
+        (
+            u8::MAX - h.depth,
+            !h.field.is_structured(),
+            h.by_words,
+            rank(h.class),
+        )
+    })
 }
 
 /// Whether a hit names a cause: a structured field's cause row, or explicit prose
@@ -249,9 +252,18 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             && (h.class == FailureClass::Overloaded
                 || (h.class == FailureClass::Timeout && h.field.is_structured()))
     };
-    let status_signal = || match status {
-        Some(s) => Signal::status(s),
-        None => Signal::new("status", at(status)),
+    // When the status decides although the body carries a code, the code was read and
+    // overruled (a relay's `api_error` around a 404 on a path): say so.
+    let overruled = best(hits, |h| h.field.is_structured() && !refusal(h));
+    let status_signal = || match (status, overruled) {
+        (Some(s), Some(h)) => Signal {
+            source: format!("status (over {} ({}))", h.field.name(), h.dialect).into(),
+            value: format!("{s} over {}", h.value).into(),
+            depth: 0,
+            basis: "DESIGN 4: the status family decides what a family tag only restates",
+        },
+        (Some(s), None) => Signal::status(s),
+        (None, _) => Signal::new("status", at(status)),
     };
     // 400, 404, 413 and 422 say the vendor judged the request (DESIGN 4 names them
     // malformed): a relay's "internal error" tag around a vendor's validation error does
@@ -263,11 +275,15 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
     };
     // 6–8. The status family, refined or opened by family signals. A family tag that
     // agrees with the status is named as the signal: it was read, and it says so.
+    let agrees = |c: FailureClass| {
+        move |h: &Hit| !refusal(h) && !names_cause(h) && h.field.is_structured() && h.class == c
+    };
     match meaning(status) {
-        Meaning::Fixed(c) => (c, status_signal()),
-        Meaning::Provider(c) => match best(hits, refines)
-            .or_else(|| best(hits, |h| family(h) && h.field.is_structured() && h.class == c))
-        {
+        Meaning::Fixed(c) => match best(hits, agrees(c)) {
+            Some(h) => (c, Signal::of(h)),
+            None => (c, status_signal()),
+        },
+        Meaning::Provider(c) => match best(hits, refines).or_else(|| best(hits, agrees(c))) {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
@@ -313,6 +329,7 @@ fn classify_error(
         hits.push(Hit {
             class: FailureClass::ContentRefusal,
             dialect: "google",
+            basis: "https://ai.google.dev/api/generate-content#BlockReason",
             field: super::dialects::Field::Block,
             value: format!("{source}={value}"),
             depth: 0,

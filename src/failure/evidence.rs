@@ -23,6 +23,8 @@ pub struct Hit {
     pub class: FailureClass,
     /// The dialect table whose row matched.
     pub dialect: &'static str,
+    /// Where the row comes from (its own source, else its dialect's).
+    pub basis: &'static str,
     pub field: Field,
     /// The vendor's value (structured) or the phrase that matched (prose).
     pub value: String,
@@ -83,14 +85,20 @@ fn judge(seen: &[Seen]) -> Vec<Hit> {
         for d in DIALECTS {
             for rule in d.rules {
                 if rule.field.reads(s.field) && rule.pat.matches(&s.value, &s.words) {
-                    let value = if s.field.is_structured() {
-                        s.value.clone()
-                    } else {
-                        rule.pat.shown(&s.value)
+                    // A code read by its words shows the code and the word that decided.
+                    let value = match (s.field.is_structured(), rule.pat) {
+                        (true, Pat::Word(w)) => format!("{} ~ {w}", s.value),
+                        (true, _) => s.value.clone(),
+                        (false, _) => rule.pat.shown(&s.value),
                     };
                     hits.push(Hit {
                         class: rule.class,
                         dialect: d.name,
+                        basis: if rule.src.is_empty() {
+                            d.source
+                        } else {
+                            rule.src
+                        },
                         field: s.field,
                         value,
                         depth: s.depth,
@@ -368,8 +376,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
                 // FastAPI-style `detail` objects, and an `error` inside `error`: a relay
                 // that nests the vendor's envelope one level more.
                 Some(inner @ Value::Object(_))
-                    if (key != "error" || !std::ptr::eq(obj, top))
-                        && depth < MAX_DEPTH =>
+                    if (key != "error" || !std::ptr::eq(obj, top)) && depth < MAX_DEPTH =>
                 {
                     walk(inner, depth + 1, seen);
                 }
