@@ -13,8 +13,11 @@ use serde_json::Value;
 
 const CORPUS: &str = include_str!("../tests/fixtures/error-corpus.jsonl");
 
+/// One corpus response: adapter, status, headers, body.
+type Case = (Api, u16, Vec<(String, String)>, String);
+
 fn main() {
-    let cases: Vec<(Api, u16, Vec<(String, String)>, String)> = CORPUS
+    let cases: Vec<Case> = CORPUS
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
