@@ -273,13 +273,13 @@ fn run_cli(args: &[&str], input: &str) -> Vec<Value> {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    // Write from another thread: the corpus's verdicts outgrow a pipe's buffer, and a
+    // child blocked on a full stdout stops reading its stdin.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
     let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout)
         .unwrap()
@@ -476,4 +476,364 @@ fn json_ish() -> impl Strategy<Value = String> {
             )),
         ]
     })
+}
+
+// ---------------------------------------------------------------- issue 21: the long tail
+
+/// The cases gathered for issue 21 (every vendor and relay `api: openai` points at).
+fn issue21() -> Vec<Value> {
+    cases().into_iter().filter(|c| c["issue"] == 21).collect()
+}
+
+/// The held-out fifth: chosen by the first byte of the id's SHA-256 before any rule
+/// was written from the cases, so the choice cannot follow the results.
+fn held_out_by_hash(id: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(id.as_bytes())[0] % 5 == 0
+}
+
+#[test]
+fn the_held_out_fifth_is_chosen_by_hash_and_classified_right() {
+    let cases = issue21();
+    assert!(cases.len() >= 140, "{} cases", cases.len());
+    let (mut right, mut total, mut refusals) = (0, 0, 0);
+    let mut wrong = vec![];
+    for c in &cases {
+        let id = c["id"].as_str().unwrap();
+        // The label in the fixture is the hash's verdict, not a hand-picked split.
+        assert_eq!(c["held_out"], held_out_by_hash(id), "{id}");
+        if !held_out_by_hash(id) {
+            continue;
+        }
+        total += 1;
+        let (class, signal) = got(c);
+        if class == c["expected_class"] {
+            right += 1;
+        } else {
+            wrong.push(format!("{id}: {class} by {signal}"));
+        }
+        if c["expected_class"] == "content_refusal" {
+            refusals += 1;
+            assert_eq!(
+                class, "content_refusal",
+                "held-out refusal {id} by {signal}"
+            );
+        }
+    }
+    let accuracy = 100.0 * right as f64 / total as f64;
+    println!("held out: {right} of {total} ({accuracy:.1}%), {refusals} refusals");
+    assert!(
+        total >= 25 && refusals >= 2,
+        "{total} held out, {refusals} refusals"
+    );
+    assert!(accuracy >= 97.0, "{accuracy:.1}%:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_issue_21_corpus_is_real_sourced_and_broad() {
+    let cases = issue21();
+    let mut vendors = std::collections::BTreeSet::new();
+    for c in &cases {
+        let source = c["source"].as_str().unwrap();
+        assert!(source.starts_with("https://"), "{}: {source}", c["id"]);
+        assert!(c["note"].as_str().unwrap().len() > 10, "{}", c["id"]);
+        let p = c["provider"].as_str().unwrap().to_lowercase();
+        vendors.insert(p.split(" (").next().unwrap().to_string());
+    }
+    assert!(
+        vendors.len() >= 40,
+        "{} vendors: {vendors:?}",
+        vendors.len()
+    );
+}
+
+/// A response of each kind issue 21 names, each from a vendor whose words were not the
+/// source of the row that decides it (the row's `basis` names another vendor).
+#[test]
+fn every_kind_issue_21_names_is_classified_right() {
+    let kinds: [(&str, &str, &str); 17] = [
+        // Refusals in other vocabularies: a Google ErrorInfo reason read by the word
+        // `unsafe` (a row written from Zhipu's docs).
+        (
+            "google-flow-400-public-error-unsafe-generation",
+            "content_refusal",
+            "bigmodel",
+        ),
+        // DashScope's verdict relayed by another vendor's API.
+        (
+            "commandcode-400-dashscope-datainspection-algo",
+            "content_refusal",
+            "",
+        ),
+        // new-api's blocklist behind LiteLLM, as a 500.
+        (
+            "litellm-500-new-api-sensitive-words-relayed",
+            "content_refusal",
+            "",
+        ),
+        // A guardrail block relayed as a 500.
+        (
+            "litellm-500-custom-guardrail-raised-exception",
+            "content_refusal",
+            "",
+        ),
+        // A sensitive image as a 500 from xAI (the row was written from new-api).
+        (
+            "xai-500-new-sensitive-image-is-sensitive",
+            "content_refusal",
+            "new-api",
+        ),
+        // Balance and quota under 403/401: a relay's INSUFFICIENT_BALANCE (row from
+        // SiliconFlow's docs) and a relay's balance prose under 401.
+        (
+            "sub2api-403-insufficient-balance",
+            "rate_limited",
+            "siliconflow",
+        ),
+        (
+            "opencode2api-401-insufficient-balance-credits-error",
+            "rate_limited",
+            "",
+        ),
+        (
+            "moonshot-403-exceeded-current-quota-error",
+            "rate_limited",
+            "",
+        ),
+        // A bad key and unknown models as 400 from vendors the rows were not written from.
+        ("xai-400-incorrect-api-key-string-body", "auth", ""),
+        (
+            "kiro-via-9router-400-invalid-model-id-reason",
+            "model_not_found",
+            "perplexity",
+        ),
+        (
+            "publicai-litellm-400-invalid-model-name-passed",
+            "model_not_found",
+            "",
+        ),
+        // Context overflow as a 500 from a local server.
+        (
+            "llamacpp-500-context-size-exceeded-server-error",
+            "context_length",
+            "",
+        ),
+        // A relay's 422 around a vendor's validation error.
+        (
+            "one-api-422-mistral-bad-response-status-code",
+            "malformed",
+            "",
+        ),
+        // unsupported_parameter with param max_tokens: the code beats the prose.
+        (
+            "ccr-400-new-api-unsupported-parameter-max-tokens",
+            "malformed",
+            "",
+        ),
+        (
+            "copilot-api-400-unsupported-max-tokens-invalid-request-body",
+            "malformed",
+            "",
+        ),
+        // A string `error` with a prefix and then the vendor's JSON.
+        (
+            "anthropic-proxy-400-openrouter-not-valid-model-id",
+            "model_not_found",
+            "",
+        ),
+        (
+            "9router-relay-deepseek-unknown-variant-developer",
+            "malformed",
+            "",
+        ),
+    ];
+    let cases = cases();
+    for (id, want, row_from) in kinds {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing"));
+        let e = explain(
+            api_of(c),
+            c["status"].as_u64().unwrap() as u16,
+            &headers_of(c),
+            c["body"].as_str().unwrap(),
+        );
+        let class = e
+            .outcome
+            .class()
+            .map(FailureClass::as_str)
+            .unwrap_or("success");
+        assert_eq!(class, want, "{id} by {}", e.signal);
+        if !row_from.is_empty() {
+            assert!(
+                e.signal.basis.contains(row_from),
+                "{id}: decided by a row from {}",
+                e.signal.basis
+            );
+            let vendor = c["provider"].as_str().unwrap().to_lowercase();
+            assert!(!vendor.contains(row_from), "{id} is from {row_from} itself");
+        }
+        for mode in [Mode::Hard, Mode::Soft] {
+            if want == "content_refusal" {
+                assert!(!fails_over(FailureClass::ContentRefusal, mode), "{id}");
+            }
+        }
+    }
+}
+
+/// A 5xx or an unknown 4xx that carries moderation words and no structured signal is
+/// never a failover class, in English or Chinese, however deep it is relayed.
+#[test]
+fn moderation_words_never_fail_over() {
+    let words = [
+        "input contains sensitive words",
+        "The guardrail checks defined in the config failed",
+        "Request blocked by moderation",
+        "Output data may contain inappropriate content.",
+        "policy violation detected",
+        "unsafe content detected",
+        "系统检测到输入或生成内容可能包含不安全或敏感内容",
+        "输入内容审核不通过，涉嫌违规",
+    ];
+    for w in words {
+        for status in [500, 502, 503, 446, 499, 520] {
+            let plain = serde_json::json!({"error": {"message": w}}).to_string();
+            let relayed = serde_json::json!({"error": {"message": format!("upstream error: {plain}"), "type": "upstream_error"}}).to_string();
+            for body in [plain, relayed] {
+                let e = explain(Api::Openai, status, &[], &body);
+                let class = e.outcome.class().unwrap();
+                assert_eq!(
+                    class,
+                    FailureClass::ContentRefusal,
+                    "{status} {body} by {}",
+                    e.signal
+                );
+                assert!(!fails_over(class, Mode::Soft), "{status} {body}");
+            }
+        }
+    }
+    // Not every word near "sensitive" is moderation.
+    let case = r#"{"error":{"message":"model names are case-sensitive"}}"#;
+    assert_eq!(
+        explain(Api::Openai, 503, &[], case).outcome.class(),
+        Some(FailureClass::Overloaded)
+    );
+}
+
+/// The vendor's code or type in the body, when it carries one that says more than the
+/// envelope (`error`) or the status number.
+fn structured_code(v: &Value) -> Option<String> {
+    let v = match v {
+        Value::Array(items) => items.first()?,
+        other => other,
+    };
+    let mut objs = vec![v];
+    if let Some(e) = v.get("error").filter(|e| e.is_object()) {
+        objs.push(e);
+    }
+    for o in objs {
+        for k in ["code", "type", "status"] {
+            if let Some(s) = o.get(k).and_then(Value::as_str) {
+                let l = s.to_lowercase();
+                // `error`, a relay's own envelope name, and a relay's "upstream answered
+                // with an error" tag say only who answered, not why.
+                let envelope = [
+                    "error",
+                    "none",
+                    "null",
+                    "",
+                    "new_api_error",
+                    "one_api_error",
+                    "upstream_error",
+                    "bad_response_status_code",
+                    "internal_error_proxy",
+                    "provider_response_error",
+                    "http_error",
+                ]
+                .contains(&l.as_str());
+                if !envelope && !l.chars().all(|ch| ch.is_ascii_digit()) {
+                    return Some(s.to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_case_with_a_structured_code_is_decided_by_the_bare_status() {
+    let mut decided_by_status = vec![];
+    let mut with_code = 0;
+    for c in cases() {
+        let status = c["status"].as_u64().unwrap() as u16;
+        if (200..300).contains(&status) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(c["body"].as_str().unwrap()) else {
+            continue;
+        };
+        let Some(code) = structured_code(&v) else {
+            continue;
+        };
+        with_code += 1;
+        let e = explain(
+            api_of(&c),
+            status,
+            &headers_of(&c),
+            c["body"].as_str().unwrap(),
+        );
+        if e.signal.source == "status" {
+            decided_by_status.push(format!("{} (code {code})", c["id"]));
+        }
+    }
+    assert!(with_code >= 200, "{with_code} cases carry a code");
+    assert!(
+        decided_by_status.is_empty(),
+        "decided by the bare status although the body carries a code:\n{}",
+        decided_by_status.join("\n")
+    );
+}
+
+#[test]
+fn explain_names_the_word_and_the_relay_depth() {
+    let lines = run_cli(&["classify", "--explain"], CORPUS);
+    let cases = cases();
+    for (c, v) in cases.iter().zip(&lines) {
+        let s = &v["signal"];
+        assert!(!s["value"].as_str().unwrap().is_empty(), "{}", c["id"]);
+        assert!(s["basis"].is_string(), "{}", c["id"]);
+        let text = s["text"].as_str().unwrap();
+        let depth = s["depth"].as_u64().unwrap();
+        assert_eq!(
+            text.contains("relayed (depth"),
+            depth > 0,
+            "{}: {text}",
+            c["id"]
+        );
+    }
+    let by_id = |id: &str| &lines[cases.iter().position(|c| c["id"] == id).unwrap()]["signal"];
+    // A code read by its words names the word.
+    let s = by_id("commandcode-400-dashscope-datainspection-algo");
+    assert_eq!(
+        s["value"], "data_inspection_failed ~ data_inspection",
+        "{s}"
+    );
+    // Prose names the phrase, not the whole message.
+    let s = by_id("zhipu-429-1113-insufficient-balance-zh");
+    assert_eq!(s["value"], "1113");
+    let s = by_id("minimax-anthropic-500-image-is-sensitive-1026");
+    assert_eq!(s["value"], "sensitive");
+    // Relays of every shape report their depth: JSON in a string after a prefix, in
+    // metadata.raw, in a Python dict, in a string `error`.
+    for (id, depth) in [
+        ("9router-relay-deepseek-unknown-variant-developer", 1),
+        ("openrouter-400-provider-error-raw-openai-json-object", 1),
+        ("litellm-400-bedrock-guardrail-violated", 1),
+        ("anthropic-proxy-400-openrouter-not-valid-model-id", 1),
+        ("continue-gemini-openai-compat-api-key-invalid-relayed", 1),
+        ("litellm-429-azure-token-rate-limit-throttling-python", 1),
+    ] {
+        assert_eq!(by_id(id)["depth"], depth, "{id}: {}", by_id(id));
+    }
 }

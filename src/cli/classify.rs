@@ -39,6 +39,7 @@ pub fn explained_verdict(api: Api, status: u16, headers: &[(String, String)], bo
                 "source": e.signal.source,
                 "value": e.signal.value,
                 "depth": e.signal.depth,
+                "basis": e.signal.basis,
                 "text": e.signal.to_string(),
             }),
         );

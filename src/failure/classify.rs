@@ -85,6 +85,9 @@ pub struct Signal {
     pub value: Cow<'static, str>,
     /// How many relay envelopes were opened to reach it (0: the answer itself).
     pub depth: u8,
+    /// Where the vocabulary row that matched comes from (empty for the status or an
+    /// answer field).
+    pub basis: &'static str,
 }
 
 impl Signal {
@@ -94,6 +97,7 @@ impl Signal {
             source: source.into(),
             value: value.into(),
             depth: 0,
+            basis: "",
         }
     }
 
@@ -106,6 +110,7 @@ impl Signal {
             source: format!("{} ({})", hit.field.name(), hit.dialect).into(),
             value: hit.value.clone().into(),
             depth: hit.depth,
+            basis: hit.basis,
         }
     }
 }
@@ -197,9 +202,20 @@ fn meaning(status: Option<u16>) -> Meaning {
 /// The best hit among those `keep` accepts: innermost first, structured before prose,
 /// then the precedence order of classes.
 fn best(hits: &[Hit], keep: impl Fn(&Hit) -> bool) -> Option<&Hit> {
-    hits.iter()
-        .filter(|h| keep(h))
-        .min_by_key(|h| (u8::MAX - h.depth, !h.field.is_structured(), rank(h.class)))
+    hits.iter().filter(|h| keep(h)).min_by_key(|h| {
+        (
+            u8::MAX - h.depth,
+            !h.field.is_structured(),
+            h.by_words,
+            rank(h.class),
+        )
+    })
+}
+
+/// Whether a hit names a cause: a structured field's cause row, or explicit prose
+/// (a credential, an account, quota, context, a missing model).
+fn names_cause(h: &Hit) -> bool {
+    h.structured_cause() || (!h.field.is_structured() && is_explicit(h.class))
 }
 
 /// The class of an error answer (or of an error inside a 2xx when `status` is None).
@@ -208,18 +224,25 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
         Some(s) => format!("HTTP {s}"),
         None => "an error inside a 2xx".to_string(),
     };
-    // 1. A refusal at any depth: nothing may launder it into a failover.
-    if let Some(h) = best(hits, |h| h.class == FailureClass::ContentRefusal) {
+    let refusal = |h: &Hit| h.class == FailureClass::ContentRefusal;
+    // 1. A structured content-policy signal at any depth: nothing may launder it.
+    if let Some(h) = best(hits, |h| refusal(h) && h.field.is_structured()) {
         return (h.class, Signal::of(h));
     }
-    // Only the innermost envelope that says anything is believed.
+    // 1b. Moderation words in prose, at any depth, are a refusal too: a refusal must
+    // never become a failover, and no status, family tag or other code says otherwise
+    // (xAI sends its refusals as `permission-denied`).
+    if let Some(h) = best(hits, |h| refusal(h) && !h.field.is_structured()) {
+        return (h.class, Signal::of(h));
+    }
+    // 2–5. The innermost signal that names a cause: a vendor's code before its prose,
+    // prose before the status.
+    if let Some(h) = best(hits, |h| !refusal(h) && names_cause(h)) {
+        return (h.class, Signal::of(h));
+    }
+    // Family signals: only the innermost envelope that says anything is believed.
     let depth = hits.iter().map(|h| h.depth).max().unwrap_or(0);
-    let inner = |h: &Hit| h.depth == depth;
-    // 2–5. Explicit signals.
-    if let Some(h) = best(hits, |h| inner(h) && is_explicit(h.class)) {
-        return (h.class, Signal::of(h));
-    }
-    let family = |h: &Hit| inner(h) && !is_explicit(h.class);
+    let family = |h: &Hit| h.depth == depth && !refusal(h) && !names_cause(h);
     // Within the provider family, "overloaded" (or a timeout code) names the fault
     // more closely than a generic server_error / api_error tag, so it refines it: a
     // body saying overloaded is overloaded (DESIGN 4). A prose "timed out" is too
@@ -229,18 +252,42 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             && (h.class == FailureClass::Overloaded
                 || (h.class == FailureClass::Timeout && h.field.is_structured()))
     };
-    let status_signal = || match status {
-        Some(s) => Signal::status(s),
-        None => Signal::new("status", at(status)),
+    // When the status decides although the body carries a code, the code was read and
+    // overruled (a relay's `api_error` around a 404 on a path): say so.
+    let overruled = best(hits, |h| h.field.is_structured() && !refusal(h));
+    let status_signal = || match (status, overruled) {
+        (Some(s), Some(h)) => Signal {
+            source: format!("status (over {} ({}))", h.field.name(), h.dialect).into(),
+            value: format!("{s} over {}", h.value).into(),
+            depth: 0,
+            basis: "DESIGN 4: the status family decides what a family tag only restates",
+        },
+        (Some(s), None) => Signal::status(s),
+        (None, _) => Signal::new("status", at(status)),
     };
-    // 6–8. The status family, refined or opened by family signals.
+    // 400, 404, 413 and 422 say the vendor judged the request (DESIGN 4 names them
+    // malformed): a relay's "internal error" tag around a vendor's validation error does
+    // not make it the provider's fault. Unknown 4xx (Bedrock's 424) stay open to it.
+    let opens = |h: &Hit| {
+        family(h)
+            && !(h.class == FailureClass::ServerError
+                && matches!(status, Some(400 | 404 | 413 | 422)))
+    };
+    // 6–8. The status family, refined or opened by family signals. A family tag that
+    // agrees with the status is named as the signal: it was read, and it says so.
+    let agrees = |c: FailureClass| {
+        move |h: &Hit| !refusal(h) && !names_cause(h) && h.field.is_structured() && h.class == c
+    };
     match meaning(status) {
-        Meaning::Fixed(c) => (c, status_signal()),
-        Meaning::Provider(c) => match best(hits, refines) {
+        Meaning::Fixed(c) => match best(hits, agrees(c)) {
+            Some(h) => (c, Signal::of(h)),
+            None => (c, status_signal()),
+        },
+        Meaning::Provider(c) => match best(hits, refines).or_else(|| best(hits, agrees(c))) {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
-        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, family)) {
+        Meaning::Open(c) => match best(hits, refines).or_else(|| best(hits, opens)) {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
@@ -282,9 +329,12 @@ fn classify_error(
         hits.push(Hit {
             class: FailureClass::ContentRefusal,
             dialect: "google",
+            basis: "https://ai.google.dev/api/generate-content#BlockReason",
             field: super::dialects::Field::Block,
             value: format!("{source}={value}"),
             depth: 0,
+            says: super::dialects::Says::Cause,
+            by_words: false,
         });
     }
     let (class, signal) = decide(status, &hits, raw);

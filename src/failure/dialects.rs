@@ -31,6 +31,11 @@ pub enum Field {
     Block,
     /// Any message text: `message`, `error` as a string, `detail`, a non-JSON body.
     Message,
+    /// In a rule only: any of the vendor's own code fields (`Code`, `Type`, `Status`,
+    /// `Reason`, `InnerCode`, `AwsType`), matched by the words of its value. A vocabulary
+    /// row reads every vendor's codes by meaning, so an unlisted vendor's
+    /// `InputTextSensitiveContentDetected` is read like a listed one's.
+    AnyCode,
 }
 
 impl Field {
@@ -43,8 +48,33 @@ impl Field {
             | Field::MetadataReason
             | Field::InnerCode
             | Field::AwsType
-            | Field::Block => true,
+            | Field::Block
+            | Field::AnyCode => true,
             Field::Message => false,
+        }
+    }
+
+    /// Whether a rule on `self` reads a value seen in `seen`.
+    pub fn reads(self, seen: Field) -> bool {
+        match self {
+            Field::AnyCode => matches!(
+                seen,
+                Field::Code
+                    | Field::Type
+                    | Field::Status
+                    | Field::Reason
+                    | Field::InnerCode
+                    | Field::AwsType
+            ),
+            Field::Code
+            | Field::Type
+            | Field::Status
+            | Field::Reason
+            | Field::MetadataReason
+            | Field::InnerCode
+            | Field::AwsType
+            | Field::Block
+            | Field::Message => self == seen,
         }
     }
 
@@ -60,6 +90,7 @@ impl Field {
             Field::AwsType => "aws exception",
             Field::Block => "block marker",
             Field::Message => "message",
+            Field::AnyCode => "code",
         }
     }
 }
@@ -73,20 +104,35 @@ pub enum Pat {
     Has(&'static str),
     /// Both substrings (prose that is only specific in combination).
     Both(&'static str, &'static str),
+    /// The first substring, then the second after it: "the model … is not supported"
+    /// names the model, "'max_tokens' is not supported with this model" a parameter.
+    Then(&'static str, &'static str),
     /// The value starts with this (Anthropic's `model: <name>` 404).
     Starts(&'static str),
     /// Any value at all (a non-empty `metadata.reasons` is a moderation verdict).
     Any,
+    /// A substring, unless one of the exceptions is there too ("sensitive" but not
+    /// "case-sensitive").
+    HasBut(&'static str, &'static [&'static str]),
+    /// Whole words of a code, in its word form (`words`): `data_inspection` matches
+    /// `InternalError.Algo.DataInspectionFailed` and `data_inspection_failed` alike.
+    Word(&'static str),
 }
 
 impl Pat {
-    pub fn matches(self, v: &str) -> bool {
+    /// Whether the value matches: `v` lower-cased, `w` its word form (`words`).
+    pub fn matches(self, v: &str, w: &str) -> bool {
         match self {
             Pat::Is(p) => v == p,
             Pat::Has(p) => v.contains(p),
             Pat::Both(a, b) => v.contains(a) && v.contains(b),
+            Pat::Then(a, b) => v
+                .find(a)
+                .is_some_and(|i| v.get(i + a.len()..).is_some_and(|rest| rest.contains(b))),
             Pat::Starts(p) => v.trim_start().starts_with(p),
             Pat::Any => !v.is_empty(),
+            Pat::HasBut(p, but) => v.contains(p) && !but.iter().any(|b| v.contains(b)),
+            Pat::Word(x) => words_contain(w, x),
         }
     }
 
@@ -94,10 +140,55 @@ impl Pat {
     pub fn shown(self, v: &str) -> String {
         match self {
             Pat::Is(_) | Pat::Any => v.to_string(),
-            Pat::Has(p) | Pat::Starts(p) => p.to_string(),
-            Pat::Both(a, b) => format!("{a}…{b}"),
+            Pat::Has(p) | Pat::Starts(p) | Pat::HasBut(p, _) => p.to_string(),
+            Pat::Both(a, b) | Pat::Then(a, b) => format!("{a}…{b}"),
+            Pat::Word(w) => w.to_string(),
         }
     }
+}
+
+/// The word form of a code: camelCase and every separator become `_`, lower-cased,
+/// with a `_` at each end so a word is always found whole (`_quota_`).
+pub fn words(code: &str) -> String {
+    let mut out = String::with_capacity(code.len() + 8);
+    out.push('_');
+    let mut prev_lower = false;
+    for ch in code.chars() {
+        if ch.is_alphanumeric() {
+            if ch.is_uppercase() && prev_lower && !out.ends_with('_') {
+                out.push('_');
+            }
+            prev_lower = ch.is_lowercase() || ch.is_numeric();
+            out.extend(ch.to_lowercase());
+        } else {
+            if !out.ends_with('_') {
+                out.push('_');
+            }
+            prev_lower = false;
+        }
+    }
+    if !out.ends_with('_') {
+        out.push('_');
+    }
+    out
+}
+
+/// Whether a code in word form holds `w` (itself `a_b` words) as whole words.
+fn words_contain(v: &str, w: &str) -> bool {
+    // `v` is a word form (`_a_b_`); `w` is matched between underscores.
+    v.match_indices(w)
+        .any(|(i, _)| v[..i].ends_with('_') && v[i + w.len()..].starts_with('_'))
+}
+
+/// How much a row says. A `Cause` names what went wrong (a bad key, an empty balance,
+/// `unsupported_parameter`); a `Family` only names the family an envelope belongs to
+/// (`invalid_request_error`, `api_error`, `INVALID_ARGUMENT`), which the status says as
+/// well. A structured cause decides before prose and before the status; a family
+/// tag only refines or opens the status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Says {
+    Cause,
+    Family,
 }
 
 /// One signal: in `field`, a value matching `pat` means `class`.
@@ -106,16 +197,62 @@ pub struct Rule {
     pub field: Field,
     pub pat: Pat,
     pub class: FailureClass,
+    pub says: Says,
+    /// Where the row comes from (the vendor's documentation or a real answer); empty
+    /// for rows whose dialect's `source` covers them.
+    pub src: &'static str,
 }
 
 /// A vendor's (or a family of compatible vendors') signals.
 pub struct Dialect {
     pub name: &'static str,
+    /// The documentation the dialect's rows are read from.
+    pub source: &'static str,
     pub rules: &'static [Rule],
 }
 
+/// A row that names a cause; its source is its dialect's.
 const fn r(field: Field, pat: Pat, class: FailureClass) -> Rule {
-    Rule { field, pat, class }
+    Rule {
+        field,
+        pat,
+        class,
+        says: Says::Cause,
+        src: "",
+    }
+}
+
+/// A family tag (see `Says`).
+const fn g(field: Field, pat: Pat, class: FailureClass) -> Rule {
+    Rule {
+        field,
+        pat,
+        class,
+        says: Says::Family,
+        src: "",
+    }
+}
+
+/// A family tag with its own source.
+const fn fam(field: Field, pat: Pat, class: FailureClass, src: &'static str) -> Rule {
+    Rule {
+        field,
+        pat,
+        class,
+        says: Says::Family,
+        src,
+    }
+}
+
+/// A row with its own source.
+const fn s(field: Field, pat: Pat, class: FailureClass, src: &'static str) -> Rule {
+    Rule {
+        field,
+        pat,
+        class,
+        says: Says::Cause,
+        src,
+    }
 }
 
 use FailureClass as C;
@@ -167,20 +304,20 @@ const OPENAI: &[Rule] = &[
     r(F::Code, P::Is("model_not_found"), C::ModelNotFound),
     r(F::Code, P::Is("model_decommissioned"), C::ModelNotFound),
     r(F::Code, P::Is("model_not_available"), C::ModelNotFound),
-    r(F::Type, P::Is("server_error"), C::ServerError),
-    r(F::Code, P::Is("server_error"), C::ServerError),
-    r(F::Type, P::Is("model_error"), C::ServerError),
+    g(F::Type, P::Is("server_error"), C::ServerError),
+    g(F::Code, P::Is("server_error"), C::ServerError),
+    g(F::Type, P::Is("model_error"), C::ServerError),
     r(F::Code, P::Is("capacity_exceeded"), C::Overloaded),
     r(F::Code, P::Is("overloaded"), C::Overloaded),
     r(F::Type, P::Is("engine_overloaded"), C::Overloaded),
     r(F::Code, P::Is("engine_overloaded"), C::Overloaded),
-    r(F::Type, P::Is("timeout"), C::Timeout),
-    r(F::Type, P::Is("invalid_request_error"), C::Malformed),
-    r(F::Code, P::Is("invalid_request_error"), C::Malformed),
+    g(F::Type, P::Is("timeout"), C::Timeout),
+    g(F::Type, P::Is("invalid_request_error"), C::Malformed),
+    g(F::Code, P::Is("invalid_request_error"), C::Malformed),
     // vLLM's `ErrorResponse` and Mistral's `object: error` envelopes.
-    r(F::Type, P::Is("badrequesterror"), C::Malformed),
+    g(F::Type, P::Is("badrequesterror"), C::Malformed),
     r(F::Type, P::Is("notfounderror"), C::ModelNotFound),
-    r(F::Type, P::Is("internalservererror"), C::ServerError),
+    g(F::Type, P::Is("internalservererror"), C::ServerError),
     r(
         F::Type,
         P::Is("invalid_request_message_order"),
@@ -207,9 +344,9 @@ const AZURE: &[Rule] = &[
     r(F::Code, P::Is("unauthorized"), C::Auth),
     r(F::Code, P::Is("permissiondenied"), C::Auth),
     r(F::Code, P::Is("authenticationtypedisabled"), C::Auth),
-    r(F::Code, P::Is("internalservererror"), C::ServerError),
-    r(F::Code, P::Is("serviceunavailable"), C::Overloaded),
-    r(F::Code, P::Is("timeout"), C::Timeout),
+    g(F::Code, P::Is("internalservererror"), C::ServerError),
+    g(F::Code, P::Is("serviceunavailable"), C::Overloaded),
+    g(F::Code, P::Is("timeout"), C::Timeout),
 ];
 
 /// Anthropic's `error.type` words (also used by its Bedrock and Vertex deployments).
@@ -220,12 +357,15 @@ const ANTHROPIC: &[Rule] = &[
     r(F::Type, P::Is("rate_limit_error"), C::RateLimited),
     r(F::Type, P::Is("request_too_large"), C::ContextLength),
     r(F::Type, P::Is("overloaded_error"), C::Overloaded),
-    r(F::Type, P::Is("api_error"), C::ServerError),
-    r(F::Type, P::Is("timeout_error"), C::Timeout),
-    r(F::Type, P::Is("not_found_error"), C::Malformed),
+    g(F::Type, P::Is("api_error"), C::ServerError),
+    g(F::Type, P::Is("timeout_error"), C::Timeout),
+    g(F::Type, P::Is("not_found_error"), C::Malformed),
 ];
 
-/// Google (Gemini API, Vertex AI): canonical status names and `ErrorInfo` reasons.
+/// Google (Gemini API, Vertex AI): canonical status names and `ErrorInfo` reasons. A
+/// status name only restates the HTTP status (a family tag); the `ErrorInfo` reason
+/// names the cause (`MODEL_CAPACITY_EXHAUSTED` under `RESOURCE_EXHAUSTED` is capacity,
+/// not this account's quota).
 const GOOGLE: &[Rule] = &[
     r(F::Block, P::Is("blockreason"), C::ContentRefusal),
     r(F::Reason, P::Is("api_key_invalid"), C::Auth),
@@ -240,17 +380,17 @@ const GOOGLE: &[Rule] = &[
     r(F::Reason, P::Is("billing_disabled"), C::RateLimited),
     r(F::Reason, P::Is("rate_limit_exceeded"), C::RateLimited),
     r(F::Reason, P::Is("resource_exhausted"), C::RateLimited),
-    r(F::Status, P::Is("unauthenticated"), C::Auth),
-    r(F::Status, P::Is("permission_denied"), C::Auth),
-    r(F::Status, P::Is("resource_exhausted"), C::RateLimited),
-    r(F::Status, P::Is("unavailable"), C::Overloaded),
-    r(F::Status, P::Is("deadline_exceeded"), C::Timeout),
-    r(F::Status, P::Is("internal"), C::ServerError),
-    r(F::Status, P::Is("unknown"), C::ServerError),
-    r(F::Status, P::Is("invalid_argument"), C::Malformed),
-    r(F::Status, P::Is("failed_precondition"), C::Malformed),
-    r(F::Status, P::Is("out_of_range"), C::Malformed),
-    r(F::Status, P::Is("not_found"), C::Malformed),
+    g(F::Status, P::Is("unauthenticated"), C::Auth),
+    g(F::Status, P::Is("permission_denied"), C::Auth),
+    g(F::Status, P::Is("resource_exhausted"), C::RateLimited),
+    g(F::Status, P::Is("unavailable"), C::Overloaded),
+    g(F::Status, P::Is("deadline_exceeded"), C::Timeout),
+    g(F::Status, P::Is("internal"), C::ServerError),
+    g(F::Status, P::Is("unknown"), C::ServerError),
+    g(F::Status, P::Is("invalid_argument"), C::Malformed),
+    g(F::Status, P::Is("failed_precondition"), C::Malformed),
+    g(F::Status, P::Is("out_of_range"), C::Malformed),
+    g(F::Status, P::Is("not_found"), C::Malformed),
 ];
 
 /// Amazon Bedrock exception names (InvokeModel, Converse and their streams).
@@ -277,14 +417,14 @@ const BEDROCK: &[Rule] = &[
         C::Overloaded,
     ),
     r(F::AwsType, P::Is("modeltimeoutexception"), C::Timeout),
-    r(F::AwsType, P::Is("internalserverexception"), C::ServerError),
-    r(F::AwsType, P::Is("modelerrorexception"), C::ServerError),
+    g(F::AwsType, P::Is("internalserverexception"), C::ServerError),
+    g(F::AwsType, P::Is("modelerrorexception"), C::ServerError),
     r(
         F::AwsType,
         P::Is("modelstreamerrorexception"),
         C::ServerError,
     ),
-    r(F::AwsType, P::Is("validationexception"), C::Malformed),
+    g(F::AwsType, P::Is("validationexception"), C::Malformed),
     // boto3 and the relays that quote it: "An error occurred (ThrottlingException)".
     r(F::Message, P::Has("(throttlingexception)"), C::RateLimited),
     r(F::Message, P::Has("(accessdeniedexception)"), C::Auth),
@@ -449,7 +589,7 @@ const PROSE: &[Rule] = &[
     ),
     r(
         F::Message,
-        P::Both("model", "is not supported"),
+        P::Then("model", "is not supported"),
         C::ModelNotFound,
     ),
     r(
@@ -481,40 +621,979 @@ const PROSE: &[Rule] = &[
     r(F::Message, P::Has("internal server error"), C::ServerError),
 ];
 
+// ---------------------------------------------------------------- vocabulary by meaning
+//
+// Every vendor's codes, read by their words. A code names its cause in the same few
+// words across vendors (`insufficient_quota`, `AccountOverdueError`, `QuotaExceeded`,
+// `insufficient_user_quota`): one row per word covers vendors not listed here. Exact
+// rows above still name a vendor's own spelling, and the class ranks (`rank`) settle
+// a code that holds words of two classes (`invalid_api_key`: auth before malformed).
+
+const DOC_OPENAI: &str = "https://platform.openai.com/docs/guides/error-codes";
+const DOC_VOLC: &str = "https://www.volcengine.com/docs/82379/1299023 (Ark error codes)";
+const DOC_DASHSCOPE: &str = "https://help.aliyun.com/zh/model-studio/error-code";
+const DOC_ZHIPU: &str = "https://docs.bigmodel.cn/cn/faq/api-code (Zhipu error codes)";
+const DOC_MINIMAX: &str = "https://platform.minimaxi.com/document/error_code";
+const DOC_MOONSHOT: &str = "https://platform.moonshot.cn/docs/api/chat#错误说明";
+const DOC_NEWAPI: &str =
+    "https://github.com/QuantumNous/new-api (types/error.go, relay error codes)";
+const DOC_ONEAPI: &str = "https://github.com/songquanpeng/one-api (relay/model/constant.go)";
+const DOC_LLAMACPP: &str =
+    "https://github.com/ggml-org/llama.cpp/blob/master/tools/server/README.md (error types)";
+const DOC_LITELLM: &str = "https://docs.litellm.ai/docs/exception_mapping";
+const DOC_SILICONFLOW: &str = "https://docs.siliconflow.cn/cn/faqs/error-code";
+const DOC_PERPLEXITY: &str = "https://docs.perplexity.ai/guides/error-codes";
+const DOC_MISTRAL: &str = "https://docs.mistral.ai/api/ (error envelope)";
+const DOC_GOOGLE: &str = "https://cloud.google.com/apis/design/errors";
+
+/// Code words, by class, for any vendor's `code` / `type` / `status` / reason.
+const CODE_WORDS: &[Rule] = &[
+    // A content-policy verdict.
+    s(
+        F::AnyCode,
+        P::Word("content_filter"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("content_policy"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("policy_violation"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("data_inspection"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("sensitive"),
+        C::ContentRefusal,
+        DOC_VOLC,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("sensitive_words"),
+        C::ContentRefusal,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("moderation"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("guardrail"),
+        C::ContentRefusal,
+        DOC_LITELLM,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("guardrails"),
+        C::ContentRefusal,
+        DOC_LITELLM,
+    ),
+    s(F::AnyCode, P::Word("unsafe"), C::ContentRefusal, DOC_ZHIPU),
+    s(F::AnyCode, P::Word("safety"), C::ContentRefusal, DOC_GOOGLE),
+    s(
+        F::AnyCode,
+        P::Word("prohibited_content"),
+        C::ContentRefusal,
+        DOC_GOOGLE,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("responsible_ai"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("inappropriate"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    // The credential or the account.
+    s(F::AnyCode, P::Word("authentication"), C::Auth, DOC_VOLC),
+    s(F::AnyCode, P::Word("unauthorized"), C::Auth, DOC_OPENAI),
+    s(F::AnyCode, P::Word("unauthenticated"), C::Auth, DOC_GOOGLE),
+    s(
+        F::AnyCode,
+        P::Word("permission_denied"),
+        C::Auth,
+        DOC_GOOGLE,
+    ),
+    s(F::AnyCode, P::Word("access_denied"), C::Auth, DOC_VOLC),
+    s(F::AnyCode, P::Word("forbidden"), C::Auth, DOC_OPENAI),
+    s(F::AnyCode, P::Word("api_key"), C::Auth, DOC_OPENAI),
+    s(F::AnyCode, P::Word("apikey"), C::Auth, DOC_DASHSCOPE),
+    s(F::AnyCode, P::Word("invalid_key"), C::Auth, DOC_OPENAI),
+    s(F::AnyCode, P::Word("invalid_token"), C::Auth, DOC_ONEAPI),
+    s(F::AnyCode, P::Word("token_expired"), C::Auth, DOC_ONEAPI),
+    s(F::AnyCode, P::Word("credentials"), C::Auth, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("account_deactivated"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(F::AnyCode, P::Word("account_disabled"), C::Auth, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("account_suspended"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("restricted"),
+        C::Auth,
+        "https://console.groq.com/docs/errors",
+    ),
+    s(F::AnyCode, P::Word("suspended"), C::Auth, DOC_GOOGLE),
+    // Quota, credit, rate.
+    s(F::AnyCode, P::Word("quota"), C::RateLimited, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("balance"),
+        C::RateLimited,
+        DOC_SILICONFLOW,
+    ),
+    s(F::AnyCode, P::Word("credit"), C::RateLimited, DOC_OPENAI),
+    s(F::AnyCode, P::Word("credits"), C::RateLimited, DOC_OPENAI),
+    s(F::AnyCode, P::Word("billing"), C::RateLimited, DOC_OPENAI),
+    s(F::AnyCode, P::Word("overdue"), C::RateLimited, DOC_VOLC),
+    s(
+        F::AnyCode,
+        P::Word("arrears"),
+        C::RateLimited,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("arrearage"),
+        C::RateLimited,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("payment_required"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    // A rate-limit code restates a 429: a family tag, which a body saying
+    // "high demand" refines to overloaded like any other.
+    fam(
+        F::AnyCode,
+        P::Word("rate_limit"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("rate_limited"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    fam(F::AnyCode, P::Word("ratelimit"), C::RateLimited, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("throttling"),
+        C::RateLimited,
+        DOC_DASHSCOPE,
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("throttled"),
+        C::RateLimited,
+        DOC_DASHSCOPE,
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("too_many_requests"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    fam(F::AnyCode, P::Word("rpm"), C::RateLimited, DOC_VOLC),
+    fam(F::AnyCode, P::Word("tpm"), C::RateLimited, DOC_VOLC),
+    // The input does not fit.
+    s(
+        F::AnyCode,
+        P::Word("context_length"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("context_size"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("context_window"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("too_long"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("request_too_large"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    // The model is not there.
+    s(
+        F::AnyCode,
+        P::Word("model_not_found"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("invalid_model"),
+        C::ModelNotFound,
+        DOC_PERPLEXITY,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("unknown_model"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("model_not_exist"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("model_not_available"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("deployment_not_found"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("model_decommissioned"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("model_deprecated"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    // Provider faults that name themselves.
+    s(F::AnyCode, P::Word("overloaded"), C::Overloaded, DOC_OPENAI),
+    s(F::AnyCode, P::Word("overload"), C::Overloaded, DOC_VOLC),
+    s(
+        F::AnyCode,
+        P::Word("server_busy"),
+        C::Overloaded,
+        DOC_OPENAI,
+    ),
+    s(F::AnyCode, P::Word("capacity"), C::Overloaded, DOC_OPENAI),
+    s(F::AnyCode, P::Word("timeout"), C::Timeout, DOC_OPENAI),
+    // A request the vendor will not take as written: a cause, not just a family tag,
+    // so `unsupported_parameter` is not read as a missing model by its prose.
+    s(F::AnyCode, P::Word("unsupported"), C::Malformed, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("not_supported"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("missing_required_parameter"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("invalid_type"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("invalid_image"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
+    // Envelope tags: the family only.
+    fam(
+        F::AnyCode,
+        P::Word("invalid_request"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
+    fam(F::AnyCode, P::Word("bad_request"), C::Malformed, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("invalid_parameter"),
+        C::Malformed,
+        DOC_VOLC,
+    ),
+    fam(F::AnyCode, P::Word("validation"), C::Malformed, DOC_MISTRAL),
+    fam(F::AnyCode, P::Word("internal"), C::ServerError, DOC_GOOGLE),
+    fam(F::AnyCode, P::Word("not_found"), C::Malformed, DOC_GOOGLE),
+    fam(
+        F::AnyCode,
+        P::Word("bad_gateway"),
+        C::ServerError,
+        "https://developers.cloudflare.com/support/troubleshooting/http-status-codes/cloudflare-5xx-errors/",
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("unavailable"),
+        C::Overloaded,
+        DOC_GOOGLE,
+    ),
+];
+
+/// Zhipu (BigModel, GLM): numeric business codes as strings in `error.code`. Its
+/// 1000–1004 (authentication) are left to the status and the prose: Mistral sends
+/// `"code": "1000"` on unrelated errors.
+const ZHIPU: &[Rule] = &[
+    s(F::Code, P::Is("1301"), C::ContentRefusal, DOC_ZHIPU),
+    s(F::Code, P::Is("1110"), C::Auth, DOC_ZHIPU),
+    s(F::Code, P::Is("1111"), C::Auth, DOC_ZHIPU),
+    s(F::Code, P::Is("1112"), C::Auth, DOC_ZHIPU),
+    s(F::Code, P::Is("1113"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1211"), C::ModelNotFound, DOC_ZHIPU),
+    s(F::Code, P::Is("1261"), C::ContextLength, DOC_ZHIPU),
+    s(F::Code, P::Is("1302"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1303"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1304"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1305"), C::Overloaded, DOC_ZHIPU),
+    s(F::Code, P::Is("1308"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1309"), C::RateLimited, DOC_ZHIPU),
+    s(F::Code, P::Is("1310"), C::RateLimited, DOC_ZHIPU),
+];
+
+/// MiniMax: `base_resp.status_code`, read as `minimax:<n>`.
+const MINIMAX: &[Rule] = &[
+    s(
+        F::Code,
+        P::Is("minimax:1026"),
+        C::ContentRefusal,
+        DOC_MINIMAX,
+    ),
+    s(
+        F::Code,
+        P::Is("minimax:1027"),
+        C::ContentRefusal,
+        DOC_MINIMAX,
+    ),
+    s(F::Code, P::Is("minimax:1004"), C::Auth, DOC_MINIMAX),
+    s(F::Code, P::Is("minimax:2049"), C::Auth, DOC_MINIMAX),
+    s(F::Code, P::Is("minimax:1008"), C::RateLimited, DOC_MINIMAX),
+    s(F::Code, P::Is("minimax:1002"), C::RateLimited, DOC_MINIMAX),
+    s(
+        F::Code,
+        P::Is("minimax:1039"),
+        C::ContextLength,
+        DOC_MINIMAX,
+    ),
+    s(F::Code, P::Is("minimax:1001"), C::Timeout, DOC_MINIMAX),
+    s(F::Code, P::Is("minimax:2013"), C::Malformed, DOC_MINIMAX),
+    fam(F::Code, P::Is("minimax:1000"), C::ServerError, DOC_MINIMAX),
+    fam(F::Code, P::Is("minimax:1013"), C::ServerError, DOC_MINIMAX),
+];
+
+/// Relays' own envelope tags: they say a relay answered, not why.
+const RELAYS: &[Rule] = &[
+    fam(F::Type, P::Is("new_api_error"), C::ServerError, DOC_NEWAPI),
+    fam(F::Type, P::Is("one_api_error"), C::ServerError, DOC_ONEAPI),
+    fam(F::Type, P::Is("upstream_error"), C::ServerError, DOC_NEWAPI),
+    fam(
+        F::Type,
+        P::Is("shell_api_error"),
+        C::ServerError,
+        DOC_ONEAPI,
+    ),
+    fam(
+        F::Code,
+        P::Is("bad_response_status_code"),
+        C::ServerError,
+        DOC_NEWAPI,
+    ),
+    fam(
+        F::Code,
+        P::Is("do_request_failed"),
+        C::ServerError,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Code,
+        P::Is("get_channel_failed"),
+        C::ModelNotFound,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Code,
+        P::Is("model_not_found"),
+        C::ModelNotFound,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Code,
+        P::Is("pre_consume_token_quota_failed"),
+        C::RateLimited,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Code,
+        P::Is("insufficient_user_quota"),
+        C::RateLimited,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Type,
+        P::Is("exceeded_current_quota_error"),
+        C::RateLimited,
+        DOC_MOONSHOT,
+    ),
+    s(
+        F::Type,
+        P::Is("exceed_context_size_error"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+];
+
+/// Moderation vocabulary in prose: a body that says any of it is a refusal, never a
+/// failover, whatever the status (DESIGN 4). English and Chinese, as vendors answer.
+const MODERATION: &[Rule] = &[
+    s(
+        F::Message,
+        P::HasBut(
+            "sensitive",
+            &[
+                "case sensitive",
+                "case-sensitive",
+                "time-sensitive",
+                "latency-sensitive",
+                "case_sensitive",
+            ],
+        ),
+        C::ContentRefusal,
+        DOC_NEWAPI,
+    ),
+    s(F::Message, P::Has("unsafe"), C::ContentRefusal, DOC_ZHIPU),
+    // OpenRouter's "no endpoints matching your guardrail restrictions" is an account's
+    // provider allow-list, not a moderation verdict.
+    s(
+        F::Message,
+        P::HasBut("guardrail", &["guardrail restrictions"]),
+        C::ContentRefusal,
+        DOC_LITELLM,
+    ),
+    s(
+        F::Message,
+        P::Has("moderation"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("data inspection"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("datainspection"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("inappropriate content"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("policy violation"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("violat", "polic"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("content policy"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("safety system"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("safety filter"),
+        C::ContentRefusal,
+        DOC_GOOGLE,
+    ),
+    s(F::Message, P::Has("harmful"), C::ContentRefusal, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Has("prohibited content"),
+        C::ContentRefusal,
+        DOC_GOOGLE,
+    ),
+    s(
+        F::Message,
+        P::Has("content filter"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("content_filter"),
+        C::ContentRefusal,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("敏感"), C::ContentRefusal, DOC_ZHIPU),
+    s(F::Message, P::Has("不安全"), C::ContentRefusal, DOC_ZHIPU),
+    s(F::Message, P::Has("违规"), C::ContentRefusal, DOC_DASHSCOPE),
+    s(F::Message, P::Has("违反"), C::ContentRefusal, DOC_DASHSCOPE),
+    s(F::Message, P::Has("违禁"), C::ContentRefusal, DOC_DASHSCOPE),
+    s(F::Message, P::Has("审核"), C::ContentRefusal, DOC_VOLC),
+    s(F::Message, P::Has("内容安全"), C::ContentRefusal, DOC_VOLC),
+    s(
+        F::Message,
+        P::Has("不当内容"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("不适当"),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
+    s(F::Message, P::Has("有害"), C::ContentRefusal, DOC_ZHIPU),
+];
+
+/// Explicit prose by meaning beyond the phrases above, English and Chinese.
+const MEANING: &[Rule] = &[
+    // The credential.
+    s(F::Message, P::Has("invalid token"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("token is invalid"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("token has expired"), C::Auth, DOC_ONEAPI),
+    s(
+        F::Message,
+        P::Has("api key is invalid"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("invalid key"), C::Auth, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Has("authentication failed"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("authentication error"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("unauthorized"), C::Auth, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Has("invalid credentials"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("no api key"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Has("missing api key"), C::Auth, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Has("did not provide an api key"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("无效的令牌"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("令牌已过期"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("令牌已被禁用"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("令牌状态不可用"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("未提供令牌"), C::Auth, DOC_ONEAPI),
+    s(F::Message, P::Has("身份验证失败"), C::Auth, DOC_ZHIPU),
+    s(F::Message, P::Has("认证失败"), C::Auth, DOC_ZHIPU),
+    s(F::Message, P::Has("鉴权失败"), C::Auth, DOC_ZHIPU),
+    s(F::Message, P::Has("api key 无效"), C::Auth, DOC_DASHSCOPE),
+    s(F::Message, P::Has("apikey无效"), C::Auth, DOC_DASHSCOPE),
+    s(F::Message, P::Has("账户已被冻结"), C::Auth, DOC_ZHIPU),
+    s(
+        F::Message,
+        P::Has("has been restricted"),
+        C::Auth,
+        "https://console.groq.com/docs/errors",
+    ),
+    s(
+        F::Message,
+        P::Has("has been suspended"),
+        C::Auth,
+        DOC_GOOGLE,
+    ),
+    s(F::Message, P::Has("账号已被封禁"), C::Auth, DOC_ZHIPU),
+    // Quota and credit.
+    s(
+        F::Message,
+        P::Both("balance", "insufficient"),
+        C::RateLimited,
+        DOC_SILICONFLOW,
+    ),
+    s(
+        F::Message,
+        P::Both("balance", "not enough"),
+        C::RateLimited,
+        DOC_SILICONFLOW,
+    ),
+    s(
+        F::Message,
+        P::Both("quota", "not enough"),
+        C::RateLimited,
+        DOC_ONEAPI,
+    ),
+    s(
+        F::Message,
+        P::Both("quota", "exceed"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("quota", "exhausted"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("insufficient quota"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("insufficient user quota"),
+        C::RateLimited,
+        DOC_NEWAPI,
+    ),
+    s(
+        F::Message,
+        P::Has("insufficient_user_quota"),
+        C::RateLimited,
+        DOC_NEWAPI,
+    ),
+    s(F::Message, P::Has("credits"), C::RateLimited, DOC_OPENAI),
+    s(F::Message, P::Has("overdue"), C::RateLimited, DOC_VOLC),
+    s(F::Message, P::Has("arrears"), C::RateLimited, DOC_DASHSCOPE),
+    s(
+        F::Message,
+        P::Has("payment required"),
+        C::RateLimited,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("余额不足"),
+        C::RateLimited,
+        DOC_SILICONFLOW,
+    ),
+    s(F::Message, P::Has("额度不足"), C::RateLimited, DOC_ONEAPI),
+    s(F::Message, P::Has("额度已用尽"), C::RateLimited, DOC_ONEAPI),
+    s(F::Message, P::Has("额度已用完"), C::RateLimited, DOC_ONEAPI),
+    s(F::Message, P::Has("欠费"), C::RateLimited, DOC_ZHIPU),
+    s(F::Message, P::Has("配额"), C::RateLimited, DOC_DASHSCOPE),
+    s(F::Message, P::Has("请充值"), C::RateLimited, DOC_ZHIPU),
+    s(
+        F::Message,
+        P::Has("请求过于频繁"),
+        C::RateLimited,
+        DOC_ZHIPU,
+    ),
+    s(F::Message, P::Has("频率过高"), C::RateLimited, DOC_ZHIPU),
+    s(F::Message, P::Has("并发数过高"), C::RateLimited, DOC_ZHIPU),
+    s(F::Message, P::Has("限流"), C::RateLimited, DOC_DASHSCOPE),
+    s(
+        F::Message,
+        P::Has("concurrency limit"),
+        C::RateLimited,
+        DOC_ZHIPU,
+    ),
+    // The input does not fit.
+    s(
+        F::Message,
+        P::Has("context size"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+    s(
+        F::Message,
+        P::Both("exceed", "context"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+    s(
+        F::Message,
+        P::Has("max length exceeded"),
+        C::ContextLength,
+        DOC_LITELLM,
+    ),
+    s(
+        F::Message,
+        P::Both("exceed", "token limit"),
+        C::ContextLength,
+        DOC_MOONSHOT,
+    ),
+    s(
+        F::Message,
+        P::Has("maximum context"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("context overflow"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+    s(
+        F::Message,
+        P::Both("context", "overflow"),
+        C::ContextLength,
+        DOC_LLAMACPP,
+    ),
+    s(
+        F::Message,
+        P::Has("prompt too long"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("input too long"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("too many input tokens"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("max_seq_len", "prompt"),
+        C::ContextLength,
+        DOC_SILICONFLOW,
+    ),
+    s(F::Message, P::Has("超长"), C::ContextLength, DOC_ZHIPU),
+    s(
+        F::Message,
+        P::Has("超出最大长度"),
+        C::ContextLength,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("超过最大长度"),
+        C::ContextLength,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("上下文长度"),
+        C::ContextLength,
+        DOC_DASHSCOPE,
+    ),
+    s(
+        F::Message,
+        P::Has("超出模型"),
+        C::ContextLength,
+        DOC_DASHSCOPE,
+    ),
+    // The model is not there.
+    s(
+        F::Message,
+        P::Has("invalid model"),
+        C::ModelNotFound,
+        DOC_PERPLEXITY,
+    ),
+    s(
+        F::Message,
+        P::Has("unknown model"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("no such model"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("not a valid model"),
+        C::ModelNotFound,
+        "https://openrouter.ai/docs/api-reference/errors",
+    ),
+    s(
+        F::Message,
+        P::Has("unsupported model"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("model", "not exist"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Has("模型不存在"),
+        C::ModelNotFound,
+        DOC_ZHIPU,
+    ),
+    s(
+        F::Message,
+        P::Has("无可用渠道"),
+        C::ModelNotFound,
+        DOC_ONEAPI,
+    ),
+    s(
+        F::Message,
+        P::Has("不支持的模型"),
+        C::ModelNotFound,
+        DOC_ONEAPI,
+    ),
+    s(
+        F::Message,
+        P::Has("模型不可用"),
+        C::ModelNotFound,
+        DOC_ONEAPI,
+    ),
+    // Family words in Chinese.
+    s(F::Message, P::Has("繁忙"), C::Overloaded, DOC_ZHIPU),
+    s(F::Message, P::Has("过载"), C::Overloaded, DOC_DASHSCOPE),
+    s(
+        F::Message,
+        P::Has("server is busy"),
+        C::Overloaded,
+        DOC_OPENAI,
+    ),
+    s(F::Message, P::Has("超时"), C::Timeout, DOC_DASHSCOPE),
+];
+
 /// Every dialect, consulted for every answer: a relay can put any vendor's words
 /// inside any adapter's envelope, so the adapter does not narrow the tables.
 pub const DIALECTS: &[Dialect] = &[
     Dialect {
         name: "openai",
+        source: "https://platform.openai.com/docs/guides/error-codes",
         rules: OPENAI,
     },
     Dialect {
         name: "azure",
+        source: "https://learn.microsoft.com/azure/ai-services/openai/reference",
         rules: AZURE,
     },
     Dialect {
         name: "anthropic",
+        source: "https://docs.anthropic.com/en/api/errors",
         rules: ANTHROPIC,
     },
     Dialect {
         name: "google",
+        source: "https://ai.google.dev/gemini-api/docs/troubleshooting; https://cloud.google.com/apis/design/errors",
         rules: GOOGLE,
     },
     Dialect {
         name: "bedrock",
+        source: "https://docs.aws.amazon.com/bedrock/latest/APIReference/CommonErrors.html",
         rules: BEDROCK,
     },
     Dialect {
         name: "cloudflare",
+        source: "https://developers.cloudflare.com/support/troubleshooting/http-status-codes/cloudflare-5xx-errors/",
         rules: CLOUDFLARE,
     },
     Dialect {
         name: "openrouter",
+        source: "https://openrouter.ai/docs/api-reference/errors",
         rules: OPENROUTER,
     },
     Dialect {
         name: "prose",
+        source: "tests/fixtures/error-corpus.jsonl (the answers each phrase was read from)",
         rules: PROSE,
+    },
+    Dialect {
+        name: "zhipu",
+        source: DOC_ZHIPU,
+        rules: ZHIPU,
+    },
+    Dialect {
+        name: "minimax",
+        source: DOC_MINIMAX,
+        rules: MINIMAX,
+    },
+    Dialect {
+        name: "relay",
+        source: DOC_NEWAPI,
+        rules: RELAYS,
+    },
+    Dialect {
+        name: "code words",
+        source: "per row",
+        rules: CODE_WORDS,
+    },
+    Dialect {
+        name: "moderation",
+        source: "per row",
+        rules: MODERATION,
+    },
+    Dialect {
+        name: "meaning",
+        source: "per row",
+        rules: MEANING,
     },
 ];
 

@@ -6,12 +6,12 @@
 use serde_json::Value;
 
 use super::FailureClass;
-use super::dialects::{DIALECTS, Field};
+use super::dialects::{DIALECTS, Field, Pat, Says, words};
 
-/// How many relay envelopes are opened, at most. Three covers the deepest chain seen
-/// in the corpus (a client proxy in front of LiteLLM in front of a vendor) and keeps a
-/// hostile body from making the classifier recurse without end.
-pub const MAX_DEPTH: u8 = 3;
+/// How many relay envelopes are opened, at most. Four covers the deepest chain seen
+/// in the corpus (a client in front of a new-api relay in front of LiteLLM in front of
+/// a vendor) and keeps a hostile body from making the classifier recurse without end.
+pub const MAX_DEPTH: u8 = 4;
 
 /// Longest message text searched for an embedded error: relayed bodies are small, and
 /// a megabyte of HTML need not be parsed three times.
@@ -23,17 +23,34 @@ pub struct Hit {
     pub class: FailureClass,
     /// The dialect table whose row matched.
     pub dialect: &'static str,
+    /// Where the row comes from (its own source, else its dialect's).
+    pub basis: &'static str,
     pub field: Field,
     /// The vendor's value (structured) or the phrase that matched (prose).
     pub value: String,
     /// 0 for the answer itself, n for an error relayed n envelopes deep.
     pub depth: u8,
+    /// Whether the row names a cause or only a family (see `Says`).
+    pub says: Says,
+    /// Read by the vocabulary of code words rather than a vendor's exact value: a
+    /// vendor's own row for the same value is believed first (Cloudflare's
+    /// `connection_timeout` never reached the origin: not a timeout of the model).
+    pub by_words: bool,
+}
+
+impl Hit {
+    /// A structured field that names the cause: decides before prose and status.
+    pub fn structured_cause(&self) -> bool {
+        self.field.is_structured() && self.says == Says::Cause
+    }
 }
 
 /// A value read from the answer, before the dialect tables judge it.
 struct Seen {
     field: Field,
     value: String,
+    /// The word form of a structured value (`words`); empty for prose.
+    words: String,
     depth: u8,
 }
 
@@ -67,18 +84,26 @@ fn judge(seen: &[Seen]) -> Vec<Hit> {
     for s in seen {
         for d in DIALECTS {
             for rule in d.rules {
-                if rule.field == s.field && rule.pat.matches(&s.value) {
-                    let value = if s.field.is_structured() {
-                        s.value.clone()
-                    } else {
-                        rule.pat.shown(&s.value)
+                if rule.field.reads(s.field) && rule.pat.matches(&s.value, &s.words) {
+                    // A code read by its words shows the code and the word that decided.
+                    let value = match (s.field.is_structured(), rule.pat) {
+                        (true, Pat::Word(w)) => format!("{} ~ {w}", s.value),
+                        (true, _) => s.value.clone(),
+                        (false, _) => rule.pat.shown(&s.value),
                     };
                     hits.push(Hit {
                         class: rule.class,
                         dialect: d.name,
+                        basis: if rule.src.is_empty() {
+                            d.source
+                        } else {
+                            rule.src
+                        },
                         field: s.field,
                         value,
                         depth: s.depth,
+                        says: rule.says,
+                        by_words: matches!(rule.pat, Pat::Word(_)),
                     });
                 }
             }
@@ -90,9 +115,15 @@ fn judge(seen: &[Seen]) -> Vec<Hit> {
 fn push(seen: &mut Vec<Seen>, field: Field, value: &str, depth: u8) {
     let value = value.trim();
     if !value.is_empty() {
+        let words = if field.is_structured() {
+            words(value)
+        } else {
+            String::new()
+        };
         seen.push(Seen {
             field,
             value: value.to_lowercase(),
+            words,
             depth,
         });
     }
@@ -111,22 +142,92 @@ fn text(s: &str, depth: u8, seen: &mut Vec<Seen>) {
 
 /// The first JSON object quoted inside a message, if any. Relays quote the vendor's
 /// body after a prefix ("litellm.RateLimitError: AnthropicException - {...}",
-/// "upstream error: {...}"); some quote a Python dict repr, which is tried too.
+/// "upstream error: {...}"), sometimes with its quotes still escaped, and Python
+/// clients print it as a dict (`{'error': {'message': "it's", 'param': None}}`).
 fn embedded(s: &str) -> Option<Value> {
-    for (i, _) in s.match_indices('{').take(3) {
+    for (i, _) in s.match_indices('{').take(4) {
         let tail = s.get(i..)?;
         if let Some(v) = first_object(tail) {
             return Some(v);
         }
-        if tail.starts_with("{'") {
-            let pythonish = tail
-                .replace('\'', "\"")
-                .replace(": None", ": null")
-                .replace(": True", ": true")
-                .replace(": False", ": false");
-            if let Some(v) = first_object(&pythonish) {
+        if tail.starts_with("{\\\"") {
+            let unescaped = tail.replace("\\\"", "\"").replace("\\\\", "\\");
+            if let Some(v) = first_object(&unescaped) {
                 return Some(v);
             }
+        }
+        if tail.starts_with("{'")
+            && let Some(json) = python_to_json(tail)
+            && let Some(v) = first_object(&json)
+        {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// A Python literal (the repr of a dict) as JSON text: single- and double-quoted
+/// strings, `None`, `True`, `False`. Reads up to the brace that closes the first one;
+/// None when the text is not such a literal.
+fn python_to_json(s: &str) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    let mut level = 0usize;
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                out.push('"');
+                let quote = c;
+                loop {
+                    let ch = chars.next()?;
+                    match ch {
+                        '\\' => {
+                            let esc = chars.next()?;
+                            match esc {
+                                '\'' => out.push('\''),
+                                '"' => out.push_str("\\\""),
+                                other => {
+                                    out.push('\\');
+                                    out.push(other);
+                                }
+                            }
+                        }
+                        '"' if quote == '\'' => out.push_str("\\\""),
+                        q if q == quote => break,
+                        other => out.push(other),
+                    }
+                }
+                out.push('"');
+            }
+            '{' | '[' => {
+                level += 1;
+                out.push(c);
+            }
+            '}' | ']' => {
+                level = level.checked_sub(1)?;
+                out.push(c);
+                if level == 0 {
+                    return Some(out);
+                }
+            }
+            'N' | 'T' | 'F' => {
+                let mut word = String::from(c);
+                while let Some(&n) = chars.peek() {
+                    if n.is_ascii_alphabetic() {
+                        word.push(n);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                out.push_str(match word.as_str() {
+                    "None" => "null",
+                    "True" => "true",
+                    "False" => "false",
+                    _ => return None,
+                });
+            }
+            other => out.push(other),
         }
     }
     None
@@ -232,9 +333,17 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             {
                 push(seen, Field::Block, "flagged_input", depth);
             }
-            // OpenRouter passes the provider's own body through as a string.
-            if let Some(Value::String(raw)) = meta.get("raw") {
-                text(raw, depth, seen);
+            // OpenRouter passes the provider's own body through, as a string or as JSON:
+            // it is the vendor's answer one envelope down.
+            match meta.get("raw") {
+                Some(Value::String(raw)) => match first_object(raw) {
+                    Some(inner) if depth < MAX_DEPTH => walk(&inner, depth + 1, seen),
+                    Some(_) | None => text(raw, depth, seen),
+                },
+                Some(inner @ Value::Object(_)) if depth < MAX_DEPTH => {
+                    walk(inner, depth + 1, seen);
+                }
+                Some(_) | None => {}
             }
         }
         if obj
@@ -244,13 +353,39 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
         {
             push(seen, Field::Block, "blockreason", depth);
         }
-        for key in ["message", "error", "detail", "error_message", "msg"] {
+        // MiniMax answers 200 with `base_resp: {status_code, status_msg}`.
+        if let Some(Value::Object(base)) = obj.get("base_resp")
+            && let Some(code) = base.get("status_code").and_then(Value::as_i64)
+            && code != 0
+        {
+            push(seen, Field::Code, &format!("minimax:{code}"), depth);
+            if let Some(Value::String(m)) = base.get("status_msg") {
+                text(m, depth, seen);
+            }
+        }
+        for key in [
+            "message",
+            "error",
+            "detail",
+            "error_message",
+            "error_msg",
+            "msg",
+        ] {
             match obj.get(key) {
                 Some(Value::String(s)) => text(s, depth, seen),
-                // FastAPI-style `detail` objects and relays that nest one level more.
-                Some(inner @ Value::Object(_)) if key != "error" => {
-                    if depth < MAX_DEPTH {
-                        walk(inner, depth + 1, seen);
+                // FastAPI-style `detail` objects, and an `error` inside `error`: a relay
+                // that nests the vendor's envelope one level more.
+                Some(inner @ Value::Object(_))
+                    if (key != "error" || !std::ptr::eq(obj, top)) && depth < MAX_DEPTH =>
+                {
+                    walk(inner, depth + 1, seen);
+                }
+                // FastAPI's validation `detail: [{loc, msg, type}]`.
+                Some(Value::Array(items)) if key == "detail" => {
+                    for item in items.iter().take(4) {
+                        if let Some(Value::String(m)) = item.get("msg") {
+                            text(m, depth, seen);
+                        }
                     }
                 }
                 Some(_) | None => {}
