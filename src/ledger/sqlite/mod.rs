@@ -7,6 +7,7 @@
 //! thread.
 
 pub mod audit;
+pub mod series;
 mod books;
 mod group;
 pub mod migrate;

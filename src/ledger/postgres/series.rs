@@ -1,0 +1,120 @@
+//! The spend page's queries on PostgreSQL: the same answers as `sqlite::series`,
+//! summed by PostgreSQL in NUMERIC (exact).
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Client;
+
+use super::read::{Clause, attempt_conditions, key_sql, request_conditions};
+use crate::ledger::LedgerError;
+use crate::ledger::audit::{
+    Bucket, FailureRow, Failures, Filter, GroupBy, RequestCounts, SeriesRow, SpendRow,
+};
+use crate::money::Money;
+
+fn trunc_sql(bucket: Bucket) -> &'static str {
+    match bucket {
+        Bucket::Hour => "to_char(date_trunc('hour', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
+        Bucket::Day => "to_char(date_trunc('day', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"00:00:00\"Z\"')",
+        Bucket::Month => "to_char(date_trunc('month', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-01\"T\"00:00:00\"Z\"')",
+    }
+}
+
+pub async fn series(
+    c: &Client,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    let (w, mut join) = attempt_conditions(f);
+    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
+    let sql = format!(
+        "SELECT {b} AS b, {key} AS k, a.billing, count(*), COALESCE(sum(a.cost), 0), COALESCE(sum(a.worst_case), 0)
+         FROM attempts a {join} {where_} GROUP BY 1, 2, 3",
+        b = trunc_sql(bucket),
+        key = key_sql(by),
+        join = if join {
+            "JOIN requests r ON r.id = a.request_id"
+        } else {
+            ""
+        },
+        where_ = w.render(),
+    );
+    let mut cells: BTreeMap<(String, String), SpendRow> = BTreeMap::new();
+    for r in c.query(&sql, &w.params()).await? {
+        let b: String = r.try_get(0)?;
+        let key: String = r.try_get(1)?;
+        let billing: String = r.try_get(2)?;
+        let n = u64::try_from(r.try_get::<_, i64>(3)?).unwrap_or(0);
+        let row = cells
+            .entry((b, key.clone()))
+            .or_insert_with(|| SpendRow::empty(key));
+        row.add(
+            &billing,
+            n,
+            Money::new(r.try_get(4)?),
+            Money::new(r.try_get(5)?),
+        )?;
+    }
+    Ok(cells
+        .into_iter()
+        .map(|((bucket, _), spend)| SeriesRow { bucket, spend })
+        .collect())
+}
+
+pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
+    let (w, join) = attempt_conditions(f);
+    let sql = format!(
+        "SELECT a.provider, COALESCE(a.class, 'in_flight'), count(*) FROM attempts a {join} {where_}
+         GROUP BY 1, 2 ORDER BY 1, 2",
+        join = if join {
+            "JOIN requests r ON r.id = a.request_id"
+        } else {
+            ""
+        },
+        where_ = w.render(),
+    );
+    let mut attempts = Vec::new();
+    for r in c.query(&sql, &w.params()).await? {
+        attempts.push(FailureRow {
+            provider: r.try_get(0)?,
+            class: r.try_get(1)?,
+            attempts: u64::try_from(r.try_get::<_, i64>(2)?).unwrap_or(0),
+        });
+    }
+
+    let mut q = Clause::default();
+    if let Some(s) = &f.since {
+        q.push("r.received_at >= ?", s.at);
+    }
+    if let Some(u) = &f.until {
+        q.push("r.received_at < ?", u.at);
+    }
+    request_conditions(&mut q, f);
+    if let Some(p) = &f.provider {
+        q.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.provider = ?)",
+            p.clone(),
+        );
+    }
+    if let Some(k) = &f.class {
+        q.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.class = ?)",
+            k.clone(),
+        );
+    }
+    let sql = format!(
+        "SELECT r.outcome, count(*),
+                count(*) FILTER (WHERE r.outcome = 'served' AND EXISTS (SELECT 1 FROM attempts a
+                    WHERE a.request_id = r.id AND a.seq > 1 AND a.class = 'success'))
+         FROM requests r {} GROUP BY 1",
+        q.render()
+    );
+    let mut requests = RequestCounts::default();
+    for r in c.query(&sql, &q.params()).await? {
+        let outcome: String = r.try_get(0)?;
+        requests.add(&outcome, u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0))?;
+        requests.served_after_failover += u64::try_from(r.try_get::<_, i64>(2)?).unwrap_or(0);
+    }
+    Ok(Failures { attempts, requests })
+}
