@@ -81,7 +81,7 @@
   function lockOut(message) {
     sessionStorage.removeItem(KEY);
     $('main').hidden = true;
-    for (const id of ['budgets', 'failures', 'requests']) clear($('requests') && $(id).tBodies[0]);
+    for (const id of ['budgets', 'failures', 'requests']) clear($(id).tBodies[0]);
     for (const id of ['total-spend', 'total-exposure', 'total-attempts', 'n-requests', 'n-refused', 'n-failed', 'n-failover']) $(id).textContent = '…';
     if (chart) { chart.destroy(); chart = null; }
     $('sign-out').hidden = true;
@@ -147,7 +147,12 @@
         maintainAspectRatio: false,
         scales: {
           x: { stacked: true },
-          y: { stacked: true, beginAtZero: true, title: { display: true, text: body.currency } },
+          y: {
+            stacked: true,
+            beginAtZero: true,
+            title: { display: true, text: body.currency },
+            ticks: { callback: (v) => Number(v).toLocaleString('en', { maximumSignificantDigits: 4 }) },
+          },
         },
         plugins: { legend: { position: 'bottom' } },
       },
