@@ -114,7 +114,18 @@ async fn the_spend_page_in_a_real_browser() {
         "the hostile message reached the ledger: {hostile_row}"
     );
 
+    let timed_out = g.admin_json("/audit/v1/requests?class=timeout&limit=1").await;
+    let timed_out = timed_out["requests"][0].clone();
+    assert!(
+        timed_out["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["billing"] == "maybe_billed" && a["cost"] == "0"),
+        "a timed-out attempt is maybe billed at a proven 0: {timed_out}"
+    );
     let expect = json!({
+        "maybe_billed": timed_out,
         "base": g.url("/audit/"),
         "token": ADMIN,
         "total_spend": total.normalize().to_string(),
@@ -142,7 +153,7 @@ async fn the_spend_page_in_a_real_browser() {
     );
     println!("{text}");
     assert!(out.status.success(), "the browser test failed:\n{text}");
-    for step in ["wrong token", "total", "filter", "attempts", "escaping"] {
+    for step in ["wrong token", "total", "filter", "attempts", "escaping", "exposure"] {
         assert!(text.contains(&format!("PASS {step}")), "step `{step}` did not pass:\n{text}");
     }
     let attempts: Value = g.admin_json("/audit/v1/spend").await;

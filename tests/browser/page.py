@@ -135,5 +135,18 @@ try:
     d.execute_script("arguments[0].scrollIntoView()", detail)
     d.save_screenshot(os.path.join(shots, "audit-page-escaping.png"))
     print("PASS escaping")
+    # 6. A timed-out attempt (maybe billed, proven cost 0) shows its worst case.
+    mb = expect["maybe_billed"]
+    row = d.find_element(By.CSS_SELECTOR, f'#requests tr[data-request-id="{mb["id"]}"]')
+    row.find_element(By.CSS_SELECTOR, "button.open").click()
+    detail = d.find_element(By.ID, "attempts-" + mb["id"])
+    for tr, a in zip(detail.find_elements(By.CSS_SELECTOR, "table.attempts > tbody > tr"), mb["attempts"]):
+        cost = tr.find_element(By.CSS_SELECTOR, "td.cost").get_attribute("textContent")
+        if a["billing"] == "maybe_billed":
+            assert cost == "up to " + a["worst_case"], cost
+            assert Decimal(a["worst_case"]) > 0
+    request_exposure = row.find_element(By.CSS_SELECTOR, "td.exposure").get_attribute("textContent")
+    assert request_exposure.startswith("up to ") and Decimal(request_exposure[6:]) > 0, request_exposure
+    print("PASS exposure")
 finally:
     d.quit()
