@@ -194,3 +194,319 @@ async fn the_page_and_its_assets_are_embedded() {
         404
     );
 }
+
+// ---- the page's API on both engines ------------------------------------------------
+
+use common::db::Engine;
+use rust_decimal::Decimal;
+
+macro_rules! on_both_engines {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$name(super::Engine::Sqlite).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$name(super::Engine::Postgres).await
+            }
+        }
+    )*};
+}
+
+on_both_engines!(
+    series_and_failures_agree_with_spend,
+    focus_export_follows_focus_1_2_and_sums_to_spend
+);
+
+fn dec(v: &Value) -> Decimal {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a decimal string: {v}"))
+        .parse()
+        .unwrap()
+}
+
+/// Spend rows keyed by group: (cost, maybe_billed_cost, attempts).
+fn by_key(rows: &Value) -> std::collections::BTreeMap<String, (Decimal, Decimal, u64)> {
+    let mut m = std::collections::BTreeMap::new();
+    for r in rows.as_array().unwrap() {
+        let e = m
+            .entry(r["key"].as_str().unwrap().to_string())
+            .or_insert((Decimal::ZERO, Decimal::ZERO, 0));
+        e.0 += dec(&r["cost"]);
+        e.1 += dec(&r["maybe_billed_cost"]);
+        e.2 += r["attempts"].as_u64().unwrap();
+    }
+    m
+}
+
+async fn series_and_failures_agree_with_spend(e: Engine) {
+    let Some(g) = common::start_on(e, "page_series", docs).await else {
+        return;
+    };
+    fill(&g).await;
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    for group in ["provider", "policy", "model", "client"] {
+        let spend = g
+            .admin_json(&format!("/audit/v1/spend?group_by={group}"))
+            .await;
+        let want = by_key(&spend["rows"]);
+        assert!(want.values().any(|v| v.1 > Decimal::ZERO), "exposure: {spend}");
+        for bucket in ["hour", "day", "month"] {
+            let s = g
+                .admin_json(&format!(
+                    "/audit/v1/spend/series?bucket={bucket}&group_by={group}"
+                ))
+                .await;
+            assert_eq!((s["bucket"].as_str(), s["group_by"].as_str()), (Some(bucket), Some(group)));
+            // Every bucket is its own start, in FOCUS/RFC 3339 form, and buckets are in order.
+            let buckets: Vec<&str> = s["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["bucket"].as_str().unwrap())
+                .collect();
+            assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+            for b in &buckets {
+                let t = time::OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|_| panic!("bucket `{b}`"));
+                assert_eq!((t.minute(), t.second()), (0, 0), "{b}");
+                match bucket {
+                    "day" => assert_eq!(t.hour(), 0),
+                    "month" => assert_eq!((t.day(), t.hour()), (1, 0)),
+                    _ => {}
+                }
+            }
+            assert_eq!(by_key(&s["rows"]), want, "{bucket}/{group}: {s}\nvs {spend}");
+        }
+    }
+    // A filter narrows the series as it narrows spend.
+    let s = g
+        .admin_json("/audit/v1/spend/series?bucket=day&provider=p2")
+        .await;
+    assert_eq!(
+        by_key(&s["rows"]),
+        by_key(&g.admin_json("/audit/v1/spend?provider=p2").await["rows"])
+    );
+    for bad in ["bucket=week", "group_by=day", "group_by=vendor", "bucket=day&bucket=hour"] {
+        let (status, body) = g.admin_get(&format!("/audit/v1/spend/series?{bad}")).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    let (status, _) = g.get_as("/audit/v1/spend/series", Some("wrong")).await;
+    assert_eq!(status, 401);
+
+    let f = g.admin_json("/audit/v1/failures").await;
+    let n = &f["requests"];
+    assert_eq!(n["total"], 9, "{f}");
+    assert_eq!(n["refused"], 1, "{f}");
+    assert_eq!(n["served_after_failover"], 1, "{f}");
+    let count = |p: &str, c: &str| {
+        f["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["provider"] == p && r["class"] == c)
+            .map(|r| r["attempts"].as_u64().unwrap())
+    };
+    assert_eq!(count("p1", "overloaded"), Some(1), "{f}");
+    assert_eq!(count("p1", "timeout"), Some(1), "{f}");
+    assert_eq!(count("p2", "success"), Some(1), "{f}");
+    let total: u64 = f["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["attempts"].as_u64().unwrap())
+        .sum();
+    let spent: u64 = by_key(&g.admin_json("/audit/v1/spend").await["rows"])
+        .values()
+        .map(|v| v.2)
+        .sum();
+    assert_eq!(total, spent, "every attempt is counted once: {f}");
+    let f = g.admin_json("/audit/v1/failures?provider=p2").await;
+    assert_eq!(f["requests"]["total"], 1, "{f}");
+    common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["p1", "p2"]).await;
+}
+
+/// FOCUS 1.2's columns as its specification defines them (tag v1.2 of the FOCUS_Spec
+/// repository, `specification/columns/*.md`): id, data type, nulls allowed, feature
+/// level. Written out here, not derived from the code under test.
+const FOCUS_1_2: [(&str, &str, bool, &str); 57] = [
+    ("AvailabilityZone", "String", true, "Recommended"),
+    ("BilledCost", "Decimal", false, "Mandatory"),
+    ("BillingAccountId", "String", false, "Mandatory"),
+    ("BillingAccountName", "String", true, "Mandatory"),
+    ("BillingAccountType", "String", false, "Conditional"),
+    ("BillingCurrency", "String", false, "Mandatory"),
+    ("BillingPeriodEnd", "DateTime", false, "Mandatory"),
+    ("BillingPeriodStart", "DateTime", false, "Mandatory"),
+    ("CapacityReservationId", "String", true, "Conditional"),
+    ("CapacityReservationStatus", "String", true, "Conditional"),
+    ("ChargeCategory", "String", false, "Mandatory"),
+    ("ChargeClass", "String", true, "Mandatory"),
+    ("ChargeDescription", "String", true, "Mandatory"),
+    ("ChargeFrequency", "String", false, "Recommended"),
+    ("ChargePeriodEnd", "DateTime", false, "Mandatory"),
+    ("ChargePeriodStart", "DateTime", false, "Mandatory"),
+    ("CommitmentDiscountCategory", "String", true, "Conditional"),
+    ("CommitmentDiscountId", "String", true, "Conditional"),
+    ("CommitmentDiscountName", "String", true, "Conditional"),
+    ("CommitmentDiscountQuantity", "Decimal", true, "Conditional"),
+    ("CommitmentDiscountStatus", "String", true, "Conditional"),
+    ("CommitmentDiscountType", "String", true, "Conditional"),
+    ("CommitmentDiscountUnit", "String", true, "Conditional"),
+    ("ConsumedQuantity", "Decimal", true, "Conditional"),
+    ("ConsumedUnit", "String", true, "Conditional"),
+    ("ContractedCost", "Decimal", false, "Mandatory"),
+    ("ContractedUnitPrice", "Decimal", true, "Conditional"),
+    ("EffectiveCost", "Decimal", false, "Mandatory"),
+    ("InvoiceId", "String", true, "Recommended"),
+    ("InvoiceIssuerName", "String", false, "Mandatory"),
+    ("ListCost", "Decimal", false, "Mandatory"),
+    ("ListUnitPrice", "Decimal", true, "Conditional"),
+    ("PricingCategory", "String", true, "Conditional"),
+    ("PricingCurrency", "String", true, "Conditional"),
+    ("PricingCurrencyContractedUnitPrice", "Decimal", true, "Conditional"),
+    ("PricingCurrencyEffectiveCost", "Decimal", true, "Conditional"),
+    ("PricingCurrencyListUnitPrice", "Decimal", true, "Conditional"),
+    ("PricingQuantity", "Decimal", true, "Mandatory"),
+    ("PricingUnit", "String", true, "Mandatory"),
+    ("ProviderName", "String", false, "Mandatory"),
+    ("PublisherName", "String", false, "Mandatory"),
+    ("RegionId", "String", true, "Conditional"),
+    ("RegionName", "String", true, "Conditional"),
+    ("ResourceId", "String", true, "Conditional"),
+    ("ResourceName", "String", true, "Conditional"),
+    ("ResourceType", "String", true, "Conditional"),
+    ("ServiceCategory", "String", false, "Mandatory"),
+    ("ServiceName", "String", false, "Mandatory"),
+    ("ServiceSubcategory", "String", false, "Recommended"),
+    ("SkuId", "String", true, "Conditional"),
+    ("SkuMeter", "String", true, "Conditional"),
+    ("SkuPriceDetails", "JSON", true, "Conditional"),
+    ("SkuPriceId", "String", true, "Conditional"),
+    ("SubAccountId", "String", true, "Conditional"),
+    ("SubAccountName", "String", true, "Conditional"),
+    ("SubAccountType", "String", true, "Conditional"),
+    ("Tags", "JSON", true, "Conditional"),
+];
+
+/// FOCUS 1.2's allowed values, for the columns that have a list.
+fn allowed(column: &str) -> Option<&'static [&'static str]> {
+    Some(match column {
+        "ChargeCategory" => &["Usage", "Purchase", "Tax", "Credit", "Adjustment"],
+        "ChargeClass" => &["Correction"],
+        "ChargeFrequency" => &["One-Time", "Recurring", "Usage-Based"],
+        "PricingCategory" => &["Standard", "Dynamic", "Committed", "Other"],
+        "ServiceCategory" => &[
+            "AI and Machine Learning", "Analytics", "Business Applications", "Compute",
+            "Databases", "Developer Tools", "Multicloud", "Identity", "Integration",
+            "Internet of Things", "Management and Governance", "Media", "Migration",
+            "Mobile", "Networking", "Security", "Storage", "Web", "Other",
+        ],
+        _ => return None,
+    })
+}
+
+async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
+    let Some(g) = common::start_on(e, "page_focus", docs).await else {
+        return;
+    };
+    fill(&g).await;
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    let now = time::OffsetDateTime::now_utc();
+    let fmt = |t: time::OffsetDateTime| purser::ledger::rfc3339(t);
+    let period = format!(
+        "since={}&until={}",
+        fmt(now - time::Duration::hours(1)),
+        fmt(now + time::Duration::hours(1))
+    );
+    let (status, body) = g.admin_get(&format!("/audit/v1/focus.csv?{period}")).await;
+    assert_eq!(status, 200, "{body}");
+    let mut csv = csv::Reader::from_reader(body.as_bytes());
+    let header: Vec<String> = csv.headers().unwrap().iter().map(str::to_string).collect();
+    let spec: Vec<&str> = FOCUS_1_2.iter().map(|c| c.0).collect();
+    assert_eq!(&header[..57], &spec[..], "FOCUS 1.2's columns, in its order");
+    assert!(header[57..].iter().all(|h| h.starts_with("x_")), "custom columns are x_: {header:?}");
+    // FOCUS numeric format: digits, one optional decimal point, a sign only when negative
+    // (purser writes no E notation). Date/time: UTC, `YYYY-MM-DDTHH:mm:ssZ`.
+    let number = |v: &str| {
+        let digits = v.strip_prefix('-').unwrap_or(v);
+        !digits.is_empty()
+            && digits.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && digits.matches('.').count() <= 1
+            && v.parse::<Decimal>().is_ok()
+    };
+    let datetime = |v: &str| {
+        v.len() == 20
+            && v.as_bytes()[10] == b'T'
+            && v.ends_with('Z')
+            && time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339).is_ok()
+    };
+    let (mut billed, mut maybe) = (Decimal::ZERO, 0);
+    let mut rows = 0;
+    for rec in csv.records() {
+        let rec = rec.unwrap();
+        rows += 1;
+        let col = |name: &str| rec.get(header.iter().position(|h| h == name).unwrap()).unwrap();
+        for (i, (name, ty, nulls, level)) in FOCUS_1_2.iter().enumerate() {
+            let v = rec.get(i).unwrap();
+            if v.is_empty() {
+                // A Mandatory or present non-null column never leaves a cell empty.
+                assert!(*nulls || *level != "Mandatory", "{name} is null: {rec:?}");
+                assert!(*nulls, "{name} is present and does not allow nulls: {rec:?}");
+                continue;
+            }
+            match *ty {
+                "Decimal" => assert!(number(v), "{name} = `{v}` is not a FOCUS number"),
+                "DateTime" => assert!(datetime(v), "{name} = `{v}` is not a FOCUS date/time"),
+                "JSON" => assert!(
+                    serde_json::from_str::<Value>(v).is_ok_and(|j| j.is_object()),
+                    "{name} = `{v}` is not a JSON object"
+                ),
+                _ => {}
+            }
+            if let Some(values) = allowed(name) {
+                assert!(values.contains(&v), "{name} = `{v}` is not an allowed value");
+            }
+        }
+        assert!(col("ChargePeriodStart") < col("ChargePeriodEnd"));
+        assert!(col("BillingPeriodStart") <= col("ChargePeriodStart"));
+        assert!(col("ChargePeriodEnd") <= col("BillingPeriodEnd"));
+        assert_eq!(col("BillingCurrency"), "USD");
+        // Costs agree with one another: no discount is known, so all are the list cost.
+        for c in ["EffectiveCost", "ListCost", "ContractedCost"] {
+            assert_eq!(col(c), col("BilledCost"), "{c}");
+        }
+        let tags: Value = serde_json::from_str(col("Tags")).unwrap();
+        assert_eq!(tags["purser/policy"], "pol");
+        billed += col("BilledCost").parse::<Decimal>().unwrap();
+        match col("x_BillingState") {
+            "billed" => assert!(col("x_MaybeBilledWorstCase").is_empty()),
+            "maybe_billed" => {
+                maybe += 1;
+                let worst: Decimal = col("x_MaybeBilledWorstCase").parse().unwrap();
+                assert!(worst > Decimal::ZERO, "a maybe-billed charge shows its worst case");
+            }
+            other => panic!("x_BillingState {other}"),
+        }
+    }
+    assert!(rows >= 7, "{body}");
+    assert_eq!(maybe, 1, "the timed-out attempt: {body}");
+    let spend = g.admin_json(&format!("/audit/v1/spend?{period}")).await;
+    let total: Decimal = by_key(&spend["rows"]).values().map(|v| v.0).sum();
+    assert!(total > Decimal::ZERO);
+    assert_eq!(billed, total, "sum of BilledCost = /audit/v1/spend for the same period");
+
+    // `purser audit focus` writes the same file from the ledger directly.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .args(["audit", "focus", "--db"])
+        .arg(g.ledger_db.target().to_string())
+        .args(["--since", &fmt(now - time::Duration::hours(1))])
+        .args(["--until", &fmt(now + time::Duration::hours(1))])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), body, "CLI and HTTP agree");
+    common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["p1", "p2"]).await;
+}
