@@ -510,3 +510,44 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), body, "CLI and HTTP agree");
     common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["p1", "p2"]).await;
 }
+
+/// Every metric the Grafana dashboard (`docs/grafana-dashboard.json`) queries is one
+/// `/metrics` exports, with the labels the queries use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grafana_dashboard_queries_exported_metrics() {
+    let g = common::start(docs).await;
+    fill(&g).await;
+    let (status, metrics) = g.admin_get("/metrics").await;
+    assert_eq!(status, 200, "{metrics}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/grafana-dashboard.json");
+    let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut exprs = vec![];
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for v in dash["templating"]["list"].as_array().unwrap() {
+        exprs.push(v["definition"].as_str().unwrap().to_string());
+    }
+    let mut seen = 0;
+    for e in &exprs {
+        for (i, _) in e.match_indices("purser_") {
+            let name: String = e[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                metrics.contains(&format!("\n{name}{{")) || metrics.contains(&format!("\n{name} ")),
+                "the dashboard queries `{name}`, which /metrics does not export"
+            );
+            seen += 1;
+        }
+        for label in ["provider", "class", "policy", "outcome", "period", "cost_basis"] {
+            if e.contains(&format!("by ({label}")) || e.contains(&format!(", {label})")) {
+                assert!(metrics.contains(&format!("{label}=\"")), "label {label} in {e}");
+            }
+        }
+    }
+    assert!(seen >= 14, "{exprs:?}");
+}
