@@ -62,11 +62,13 @@ pub async fn series(
         .collect())
 }
 
+/// As `sqlite::series::failures`: requests served after a failover are counted from
+/// the attempts (a success after the first).
 pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
     let (w, join) = attempt_conditions(f);
     let sql = format!(
-        "SELECT a.provider, COALESCE(a.class, 'in_flight'), count(*) FROM attempts a {join} {where_}
-         GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT a.provider, COALESCE(a.class, 'in_flight'), a.seq > 1, count(*) FROM attempts a {join} {where_}
+         GROUP BY 1, 2, 3 ORDER BY 1, 2",
         join = if join {
             "JOIN requests r ON r.id = a.request_id"
         } else {
@@ -74,13 +76,24 @@ pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
         },
         where_ = w.render(),
     );
-    let mut attempts = Vec::new();
+    let mut attempts: Vec<FailureRow> = Vec::new();
+    let mut after_failover = 0u64;
     for r in c.query(&sql, &w.params()).await? {
-        attempts.push(FailureRow {
-            provider: r.try_get(0)?,
-            class: r.try_get(1)?,
-            attempts: u64::try_from(r.try_get::<_, i64>(2)?).unwrap_or(0),
-        });
+        let provider: String = r.try_get(0)?;
+        let class: String = r.try_get(1)?;
+        let later: bool = r.try_get(2)?;
+        let n = u64::try_from(r.try_get::<_, i64>(3)?).unwrap_or(0);
+        if later && class == "success" {
+            after_failover += n;
+        }
+        match attempts.last_mut() {
+            Some(last) if last.provider == provider && last.class == class => last.attempts += n,
+            _ => attempts.push(FailureRow {
+                provider,
+                class,
+                attempts: n,
+            }),
+        }
     }
 
     let mut q = Clause::default();
@@ -104,17 +117,16 @@ pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
         );
     }
     let sql = format!(
-        "SELECT r.outcome, count(*),
-                count(*) FILTER (WHERE r.outcome = 'served' AND EXISTS (SELECT 1 FROM attempts a
-                    WHERE a.request_id = r.id AND a.seq > 1 AND a.class = 'success'))
-         FROM requests r {} GROUP BY 1",
+        "SELECT r.outcome, count(*) FROM requests r {} GROUP BY 1",
         q.render()
     );
-    let mut requests = RequestCounts::default();
+    let mut requests = RequestCounts {
+        served_after_failover: after_failover,
+        ..RequestCounts::default()
+    };
     for r in c.query(&sql, &q.params()).await? {
         let outcome: String = r.try_get(0)?;
         requests.add(&outcome, u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0))?;
-        requests.served_after_failover += u64::try_from(r.try_get::<_, i64>(2)?).unwrap_or(0);
     }
     Ok(Failures { attempts, requests })
 }

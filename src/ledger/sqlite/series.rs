@@ -73,12 +73,14 @@ pub fn series(
 }
 
 /// Attempts per provider and class (attempts filtered as `spend` filters them), and
-/// request outcomes (requests filtered as `requests` filters them).
+/// request outcomes (requests filtered as `requests` filters them). Requests served
+/// after a failover are counted from the attempts (a success after the first), so
+/// the request scan needs no per-request lookup.
 pub fn failures(conn: &Connection, f: &Filter) -> Result<Failures, LedgerError> {
     let (c, join) = attempt_conditions(f);
     let sql = format!(
-        "SELECT a.provider, COALESCE(a.class, 'in_flight'), count(*) FROM attempts a {join} {where_}
-         GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT a.provider, COALESCE(a.class, 'in_flight'), a.seq > 1, count(*) FROM attempts a {join} {where_}
+         GROUP BY 1, 2, 3 ORDER BY 1, 2",
         join = if join {
             "JOIN requests r ON r.id = a.request_id"
         } else {
@@ -87,15 +89,25 @@ pub fn failures(conn: &Connection, f: &Filter) -> Result<Failures, LedgerError> 
         where_ = c.render(),
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let attempts = stmt
-        .query_map(params_from_iter(c.args.iter()), |r| {
-            Ok(FailureRow {
-                provider: r.get(0)?,
-                class: r.get(1)?,
-                attempts: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut rows = stmt.query(params_from_iter(c.args.iter()))?;
+    let mut attempts: Vec<FailureRow> = Vec::new();
+    let mut after_failover = 0u64;
+    while let Some(r) = rows.next()? {
+        let (provider, class) = (text(r, 0)?, text(r, 1)?);
+        let later: bool = r.get(2)?;
+        let n = u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0);
+        if later && class == "success" {
+            after_failover += n;
+        }
+        match attempts.last_mut() {
+            Some(last) if last.provider == provider && last.class == class => last.attempts += n,
+            _ => attempts.push(FailureRow {
+                provider: provider.to_string(),
+                class: class.to_string(),
+                attempts: n,
+            }),
+        }
+    }
 
     let mut w = Clause::new();
     if let Some(s) = &f.since {
@@ -118,20 +130,18 @@ pub fn failures(conn: &Connection, f: &Filter) -> Result<Failures, LedgerError> 
         );
     }
     let sql = format!(
-        "SELECT r.outcome, count(*),
-                sum(CASE WHEN r.outcome = 'served' AND EXISTS (SELECT 1 FROM attempts a
-                    WHERE a.request_id = r.id AND a.seq > 1 AND a.class = 'success') THEN 1 ELSE 0 END)
-         FROM requests r {} GROUP BY 1",
+        "SELECT r.outcome, count(*) FROM requests r {} GROUP BY 1",
         w.render()
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows = stmt.query(params_from_iter(w.args.iter()))?;
-    let mut requests = RequestCounts::default();
+    let mut requests = RequestCounts {
+        served_after_failover: after_failover,
+        ..RequestCounts::default()
+    };
     while let Some(r) = rows.next()? {
         let n: i64 = r.get(1)?;
-        let alt: i64 = r.get(2)?;
         requests.add(text(r, 0)?, n.try_into().unwrap_or(0))?;
-        requests.served_after_failover += u64::try_from(alt).unwrap_or(0);
     }
     Ok(Failures { attempts, requests })
 }
