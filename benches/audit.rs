@@ -137,23 +137,33 @@ async fn fill_postgres(base: &str, requests: u64) -> (String, String) {
     tokio::spawn(conn);
     let schema = format!("purser_bench_{}", std::process::id());
     client
-        .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
         .await
         .unwrap();
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
     // Migrate.
     drop(
-        Ledger::open_at(&purser::ledger::Target::Postgres(url.clone()), Options::default())
-            .await
-            .unwrap(),
+        Ledger::open_at(
+            &purser::ledger::Target::Postgres(url.clone()),
+            Options::default(),
+        )
+        .await
+        .unwrap(),
     );
     let step_ms = (30 * 86_400_000) / requests as i64;
     let n = requests as i64;
     let providers = "ARRAY['openai-us','anthropic-eu','gemini-eu','pool-vllm']";
-    let first = format!("CASE WHEN i % 200 = 0 THEN 'rare-provider' ELSE ({providers})[i % 4 + 1] END");
-    let server = format!("CASE WHEN i % {SECOND_EVERY} = 0 THEN ({providers})[(i + 1) % 4 + 1] ELSE {first} END");
-    let at = format!("timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * {step_ms})::double precision / 1000)");
+    let first =
+        format!("CASE WHEN i % 200 = 0 THEN 'rare-provider' ELSE ({providers})[i % 4 + 1] END");
+    let server = format!(
+        "CASE WHEN i % {SECOND_EVERY} = 0 THEN ({providers})[(i + 1) % 4 + 1] ELSE {first} END"
+    );
+    let at = format!(
+        "timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * {step_ms})::double precision / 1000)"
+    );
     let sql = format!(
         "SET search_path = {schema};
          SET synchronous_commit = off;
@@ -265,7 +275,8 @@ async fn measure(engine: &str, ledger: Ledger) {
 #[tokio::main]
 async fn main() {
     let requests = requests_n();
-    let engines = std::env::var("PURSER_BENCH_ENGINES").unwrap_or_else(|_| "sqlite,postgres".into());
+    let engines =
+        std::env::var("PURSER_BENCH_ENGINES").unwrap_or_else(|_| "sqlite,postgres".into());
     if engines.contains("sqlite") {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("audit-bench.db");
@@ -287,12 +298,10 @@ async fn main() {
                     "postgres: filled {requests} requests in {:.1} s",
                     t.elapsed().as_secs_f64()
                 );
-                let (ledger, _) = Ledger::open_at(
-                    &purser::ledger::Target::Postgres(url),
-                    Options::default(),
-                )
-                .await
-                .unwrap();
+                let (ledger, _) =
+                    Ledger::open_at(&purser::ledger::Target::Postgres(url), Options::default())
+                        .await
+                        .unwrap();
                 measure("postgres", ledger).await;
                 let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
                     .await

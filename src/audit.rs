@@ -198,14 +198,16 @@ pub fn series_query(pairs: Pairs<'_>) -> Result<SeriesQuery, AuditError> {
                 })?;
             }
             "group_by" => {
-                q.group_by = GroupBy::parse(v).filter(|g| series_group(*g)).ok_or_else(|| {
-                    let names: Vec<&str> = GroupBy::ALL
-                        .iter()
-                        .filter(|g| series_group(**g))
-                        .map(|g| g.as_str())
-                        .collect();
-                    invalid(k, v, format!("one of {}", names.join(", ")))
-                })?;
+                q.group_by = GroupBy::parse(v)
+                    .filter(|g| series_group(*g))
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = GroupBy::ALL
+                            .iter()
+                            .filter(|g| series_group(**g))
+                            .map(|g| g.as_str())
+                            .collect();
+                        invalid(k, v, format!("one of {}", names.join(", ")))
+                    })?;
             }
             _ => {}
         }

@@ -17,7 +17,8 @@ const KEY: &str = "key-page";
 
 /// Text an upstream put in its error message, meant to run if the page ever renders
 /// ledger text as markup.
-const HOSTILE: &str = "<script>window.__pwned='script'</script><img src=x onerror=\"window.__pwned='img'\"> quota";
+const HOSTILE: &str =
+    "<script>window.__pwned='script'</script><img src=x onerror=\"window.__pwned='img'\"> quota";
 
 fn docs(vendors: &common::vendors::Vendors) -> Vec<String> {
     vec![
@@ -60,7 +61,10 @@ fn have(cmd: &str, args: &[&str]) -> bool {
 /// Skip (print why) or, under CI, fail when the browser stack is missing.
 fn browser_ready() -> bool {
     let missing: Vec<&str> = [
-        ("chromium (apt-get install chromium)", have("chromium", &["--version"])),
+        (
+            "chromium (apt-get install chromium)",
+            have("chromium", &["--version"]),
+        ),
         (
             "chromium-driver (apt-get install chromium-driver)",
             have("chromedriver", &["--version"]),
@@ -78,7 +82,9 @@ fn browser_ready() -> bool {
         return true;
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("CI=true and the browser test cannot run: missing {missing:?} (.ci/run installs them)");
+        panic!(
+            "CI=true and the browser test cannot run: missing {missing:?} (.ci/run installs them)"
+        );
     }
     eprintln!("SKIPPED: the browser test needs {missing:?}; with CI=true this fails");
     false
@@ -97,7 +103,11 @@ async fn the_spend_page_in_a_real_browser() {
     let spend = g.admin_json("/audit/v1/spend?group_by=provider").await;
     let mut total = rust_decimal::Decimal::ZERO;
     for r in spend["rows"].as_array().unwrap() {
-        total += r["cost"].as_str().unwrap().parse::<rust_decimal::Decimal>().unwrap();
+        total += r["cost"]
+            .as_str()
+            .unwrap()
+            .parse::<rust_decimal::Decimal>()
+            .unwrap();
     }
     let p2 = g.admin_json("/audit/v1/requests?provider=p2&limit=1").await;
     let failover_id = p2["requests"][0]["id"].as_str().unwrap().to_string();
@@ -114,7 +124,9 @@ async fn the_spend_page_in_a_real_browser() {
         "the hostile message reached the ledger: {hostile_row}"
     );
 
-    let timed_out = g.admin_json("/audit/v1/requests?class=timeout&limit=1").await;
+    let timed_out = g
+        .admin_json("/audit/v1/requests?class=timeout&limit=1")
+        .await;
     let timed_out = timed_out["requests"][0].clone();
     assert!(
         timed_out["attempts"]
@@ -153,8 +165,18 @@ async fn the_spend_page_in_a_real_browser() {
     );
     println!("{text}");
     assert!(out.status.success(), "the browser test failed:\n{text}");
-    for step in ["wrong token", "total", "filter", "attempts", "escaping", "exposure"] {
-        assert!(text.contains(&format!("PASS {step}")), "step `{step}` did not pass:\n{text}");
+    for step in [
+        "wrong token",
+        "total",
+        "filter",
+        "attempts",
+        "escaping",
+        "exposure",
+    ] {
+        assert!(
+            text.contains(&format!("PASS {step}")),
+            "step `{step}` did not pass:\n{text}"
+        );
     }
     let attempts: Value = g.admin_json("/audit/v1/spend").await;
     assert!(attempts["rows"].as_array().is_some_and(|r| !r.is_empty()));
@@ -168,8 +190,14 @@ async fn the_page_and_its_assets_are_embedded() {
     let g = common::start(docs).await;
     let r = reqwest::get(g.url("/audit/")).await.unwrap();
     assert_eq!(r.status(), 200);
-    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_string();
-    assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
     let html = r.text().await.unwrap();
     assert!(html.contains("assets/chart-4.6.1.umd.min.js") && html.contains("assets/app.js"));
     for (asset, needle) in [
@@ -186,11 +214,23 @@ async fn the_page_and_its_assets_are_embedded() {
             .unwrap();
         assert!(body.contains(needle), "{asset}");
     }
-    let js = reqwest::get(g.url("/audit/assets/app.js")).await.unwrap().text().await.unwrap();
+    let js = reqwest::get(g.url("/audit/assets/app.js"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     // Ledger text reaches the page as text nodes only.
-    assert!(!js.contains(".innerHTML =") && !js.contains("insertAdjacentHTML") && !js.contains("document.write"));
+    assert!(
+        !js.contains(".innerHTML =")
+            && !js.contains("insertAdjacentHTML")
+            && !js.contains("document.write")
+    );
     assert_eq!(
-        reqwest::get(g.url("/audit/assets/nope.js")).await.unwrap().status(),
+        reqwest::get(g.url("/audit/assets/nope.js"))
+            .await
+            .unwrap()
+            .status(),
         404
     );
 }
@@ -231,9 +271,11 @@ fn dec(v: &Value) -> Decimal {
 fn by_key(rows: &Value) -> std::collections::BTreeMap<String, (Decimal, Decimal, u64)> {
     let mut m = std::collections::BTreeMap::new();
     for r in rows.as_array().unwrap() {
-        let e = m
-            .entry(r["key"].as_str().unwrap().to_string())
-            .or_insert((Decimal::ZERO, Decimal::ZERO, 0));
+        let e = m.entry(r["key"].as_str().unwrap().to_string()).or_insert((
+            Decimal::ZERO,
+            Decimal::ZERO,
+            0,
+        ));
         e.0 += dec(&r["cost"]);
         e.1 += dec(&r["maybe_billed_cost"]);
         e.2 += r["attempts"].as_u64().unwrap();
@@ -252,14 +294,20 @@ async fn series_and_failures_agree_with_spend(e: Engine) {
             .admin_json(&format!("/audit/v1/spend?group_by={group}"))
             .await;
         let want = by_key(&spend["rows"]);
-        assert!(want.values().any(|v| v.1 > Decimal::ZERO), "exposure: {spend}");
+        assert!(
+            want.values().any(|v| v.1 > Decimal::ZERO),
+            "exposure: {spend}"
+        );
         for bucket in ["hour", "day", "month"] {
             let s = g
                 .admin_json(&format!(
                     "/audit/v1/spend/series?bucket={bucket}&group_by={group}"
                 ))
                 .await;
-            assert_eq!((s["bucket"].as_str(), s["group_by"].as_str()), (Some(bucket), Some(group)));
+            assert_eq!(
+                (s["bucket"].as_str(), s["group_by"].as_str()),
+                (Some(bucket), Some(group))
+            );
             // Every bucket is its own start, in FOCUS/RFC 3339 form, and buckets are in order.
             let buckets: Vec<&str> = s["rows"]
                 .as_array()
@@ -269,8 +317,9 @@ async fn series_and_failures_agree_with_spend(e: Engine) {
                 .collect();
             assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
             for b in &buckets {
-                let t = time::OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339)
-                    .unwrap_or_else(|_| panic!("bucket `{b}`"));
+                let t =
+                    time::OffsetDateTime::parse(b, &time::format_description::well_known::Rfc3339)
+                        .unwrap_or_else(|_| panic!("bucket `{b}`"));
                 assert_eq!((t.minute(), t.second()), (0, 0), "{b}");
                 match bucket {
                     "day" => assert_eq!(t.hour(), 0),
@@ -278,7 +327,11 @@ async fn series_and_failures_agree_with_spend(e: Engine) {
                     _ => {}
                 }
             }
-            assert_eq!(by_key(&s["rows"]), want, "{bucket}/{group}: {s}\nvs {spend}");
+            assert_eq!(
+                by_key(&s["rows"]),
+                want,
+                "{bucket}/{group}: {s}\nvs {spend}"
+            );
         }
     }
     // A filter narrows the series as it narrows spend.
@@ -289,7 +342,12 @@ async fn series_and_failures_agree_with_spend(e: Engine) {
         by_key(&s["rows"]),
         by_key(&g.admin_json("/audit/v1/spend?provider=p2").await["rows"])
     );
-    for bad in ["bucket=week", "group_by=day", "group_by=vendor", "bucket=day&bucket=hour"] {
+    for bad in [
+        "bucket=week",
+        "group_by=day",
+        "group_by=vendor",
+        "bucket=day&bucket=hour",
+    ] {
         let (status, body) = g.admin_get(&format!("/audit/v1/spend/series?{bad}")).await;
         assert_eq!(status, 400, "{bad}: {body}");
     }
@@ -366,9 +424,24 @@ const FOCUS_1_2: [(&str, &str, bool, &str); 57] = [
     ("ListUnitPrice", "Decimal", true, "Conditional"),
     ("PricingCategory", "String", true, "Conditional"),
     ("PricingCurrency", "String", true, "Conditional"),
-    ("PricingCurrencyContractedUnitPrice", "Decimal", true, "Conditional"),
-    ("PricingCurrencyEffectiveCost", "Decimal", true, "Conditional"),
-    ("PricingCurrencyListUnitPrice", "Decimal", true, "Conditional"),
+    (
+        "PricingCurrencyContractedUnitPrice",
+        "Decimal",
+        true,
+        "Conditional",
+    ),
+    (
+        "PricingCurrencyEffectiveCost",
+        "Decimal",
+        true,
+        "Conditional",
+    ),
+    (
+        "PricingCurrencyListUnitPrice",
+        "Decimal",
+        true,
+        "Conditional",
+    ),
     ("PricingQuantity", "Decimal", true, "Mandatory"),
     ("PricingUnit", "String", true, "Mandatory"),
     ("ProviderName", "String", false, "Mandatory"),
@@ -399,10 +472,25 @@ fn allowed(column: &str) -> Option<&'static [&'static str]> {
         "ChargeFrequency" => &["One-Time", "Recurring", "Usage-Based"],
         "PricingCategory" => &["Standard", "Dynamic", "Committed", "Other"],
         "ServiceCategory" => &[
-            "AI and Machine Learning", "Analytics", "Business Applications", "Compute",
-            "Databases", "Developer Tools", "Multicloud", "Identity", "Integration",
-            "Internet of Things", "Management and Governance", "Media", "Migration",
-            "Mobile", "Networking", "Security", "Storage", "Web", "Other",
+            "AI and Machine Learning",
+            "Analytics",
+            "Business Applications",
+            "Compute",
+            "Databases",
+            "Developer Tools",
+            "Multicloud",
+            "Identity",
+            "Integration",
+            "Internet of Things",
+            "Management and Governance",
+            "Media",
+            "Migration",
+            "Mobile",
+            "Networking",
+            "Security",
+            "Storage",
+            "Web",
+            "Other",
         ],
         _ => return None,
     })
@@ -426,8 +514,15 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
     let mut csv = csv::Reader::from_reader(body.as_bytes());
     let header: Vec<String> = csv.headers().unwrap().iter().map(str::to_string).collect();
     let spec: Vec<&str> = FOCUS_1_2.iter().map(|c| c.0).collect();
-    assert_eq!(&header[..57], &spec[..], "FOCUS 1.2's columns, in its order");
-    assert!(header[57..].iter().all(|h| h.starts_with("x_")), "custom columns are x_: {header:?}");
+    assert_eq!(
+        &header[..57],
+        &spec[..],
+        "FOCUS 1.2's columns, in its order"
+    );
+    assert!(
+        header[57..].iter().all(|h| h.starts_with("x_")),
+        "custom columns are x_: {header:?}"
+    );
     // FOCUS numeric format: digits, one optional decimal point, a sign only when negative
     // (purser writes no E notation). Date/time: UTC, `YYYY-MM-DDTHH:mm:ssZ`.
     let number = |v: &str| {
@@ -441,20 +536,27 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
         v.len() == 20
             && v.as_bytes()[10] == b'T'
             && v.ends_with('Z')
-            && time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339).is_ok()
+            && time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+                .is_ok()
     };
     let (mut billed, mut maybe) = (Decimal::ZERO, 0);
     let mut rows = 0;
     for rec in csv.records() {
         let rec = rec.unwrap();
         rows += 1;
-        let col = |name: &str| rec.get(header.iter().position(|h| h == name).unwrap()).unwrap();
+        let col = |name: &str| {
+            rec.get(header.iter().position(|h| h == name).unwrap())
+                .unwrap()
+        };
         for (i, (name, ty, nulls, level)) in FOCUS_1_2.iter().enumerate() {
             let v = rec.get(i).unwrap();
             if v.is_empty() {
                 // A Mandatory or present non-null column never leaves a cell empty.
                 assert!(*nulls || *level != "Mandatory", "{name} is null: {rec:?}");
-                assert!(*nulls, "{name} is present and does not allow nulls: {rec:?}");
+                assert!(
+                    *nulls,
+                    "{name} is present and does not allow nulls: {rec:?}"
+                );
                 continue;
             }
             match *ty {
@@ -467,7 +569,10 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
                 _ => {}
             }
             if let Some(values) = allowed(name) {
-                assert!(values.contains(&v), "{name} = `{v}` is not an allowed value");
+                assert!(
+                    values.contains(&v),
+                    "{name} = `{v}` is not an allowed value"
+                );
             }
         }
         assert!(col("ChargePeriodStart") < col("ChargePeriodEnd"));
@@ -486,7 +591,10 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
             "maybe_billed" => {
                 maybe += 1;
                 let worst: Decimal = col("x_MaybeBilledWorstCase").parse().unwrap();
-                assert!(worst > Decimal::ZERO, "a maybe-billed charge shows its worst case");
+                assert!(
+                    worst > Decimal::ZERO,
+                    "a maybe-billed charge shows its worst case"
+                );
             }
             other => panic!("x_BillingState {other}"),
         }
@@ -496,7 +604,10 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
     let spend = g.admin_json(&format!("/audit/v1/spend?{period}")).await;
     let total: Decimal = by_key(&spend["rows"]).values().map(|v| v.0).sum();
     assert!(total > Decimal::ZERO);
-    assert_eq!(billed, total, "sum of BilledCost = /audit/v1/spend for the same period");
+    assert_eq!(
+        billed, total,
+        "sum of BilledCost = /audit/v1/spend for the same period"
+    );
 
     // `purser audit focus` writes the same file from the ledger directly.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
@@ -506,8 +617,16 @@ async fn focus_export_follows_focus_1_2_and_sums_to_spend(e: Engine) {
         .args(["--until", &fmt(now + time::Duration::hours(1))])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), body, "CLI and HTTP agree");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        body,
+        "CLI and HTTP agree"
+    );
     common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["p1", "p2"]).await;
 }
 
@@ -543,9 +662,19 @@ async fn the_grafana_dashboard_queries_exported_metrics() {
             );
             seen += 1;
         }
-        for label in ["provider", "class", "policy", "outcome", "period", "cost_basis"] {
+        for label in [
+            "provider",
+            "class",
+            "policy",
+            "outcome",
+            "period",
+            "cost_basis",
+        ] {
             if e.contains(&format!("by ({label}")) || e.contains(&format!(", {label})")) {
-                assert!(metrics.contains(&format!("{label}=\"")), "label {label} in {e}");
+                assert!(
+                    metrics.contains(&format!("{label}=\"")),
+                    "label {label} in {e}"
+                );
             }
         }
     }

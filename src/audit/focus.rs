@@ -115,13 +115,20 @@ fn parse(t: &str) -> Option<OffsetDateTime> {
 
 /// The charge period: from the attempt's start (down to the second) to its end
 /// (up to the next second, exclusive); at least one second, as the end is exclusive.
-fn charge_period(started: &str, finished: Option<&str>) -> Option<(OffsetDateTime, OffsetDateTime)> {
+fn charge_period(
+    started: &str,
+    finished: Option<&str>,
+) -> Option<(OffsetDateTime, OffsetDateTime)> {
     let start = parse(started)?.replace_nanosecond(0).ok()?;
     let end = finished
         .and_then(parse)
         .map(|f| {
             let whole = f.replace_nanosecond(0).unwrap_or(f);
-            if whole == f { f } else { whole + time::Duration::SECOND }
+            if whole == f {
+                f
+            } else {
+                whole + time::Duration::SECOND
+            }
         })
         .filter(|e| *e > start)
         .unwrap_or(start + time::Duration::SECOND);
@@ -135,7 +142,13 @@ fn month_of(t: OffsetDateTime) -> Option<(OffsetDateTime, OffsetDateTime)> {
         time::Month::December => (start.year() + 1, time::Month::January),
         m => (start.year(), m.next()),
     };
-    let end = start.replace_day(1).ok()?.replace_year(y).ok()?.replace_month(m).ok()?;
+    let end = start
+        .replace_day(1)
+        .ok()?
+        .replace_year(y)
+        .ok()?
+        .replace_month(m)
+        .ok()?;
     Some((start, end))
 }
 
@@ -176,69 +189,69 @@ pub fn record(line: &AttemptLine, currency: &str) -> Option<Vec<String>> {
     let null = String::new;
     let cost = a.cost.clone();
     let row = [
-        null(),                               // AvailabilityZone
-        cost.clone(),                         // BilledCost
-        a.provider.clone(),                   // BillingAccountId
-        a.provider.clone(),                   // BillingAccountName
-        "Provider".into(),                    // BillingAccountType
-        currency.to_string(),                 // BillingCurrency
-        focus_time(period_end),               // BillingPeriodEnd
-        focus_time(period_start),             // BillingPeriodStart
-        null(),                               // CapacityReservationId
-        null(),                               // CapacityReservationStatus
-        "Usage".into(),                       // ChargeCategory
-        null(),                               // ChargeClass
-        description,                          // ChargeDescription
-        "Usage-Based".into(),                 // ChargeFrequency
-        focus_time(end),                      // ChargePeriodEnd
-        focus_time(start),                    // ChargePeriodStart
-        null(),                               // CommitmentDiscountCategory
-        null(),                               // CommitmentDiscountId
-        null(),                               // CommitmentDiscountName
-        null(),                               // CommitmentDiscountQuantity
-        null(),                               // CommitmentDiscountStatus
-        null(),                               // CommitmentDiscountType
-        null(),                               // CommitmentDiscountUnit
-        quantity.clone(),                     // ConsumedQuantity
-        unit.clone(),                         // ConsumedUnit
-        cost.clone(),                         // ContractedCost
-        null(),                               // ContractedUnitPrice
-        cost.clone(),                         // EffectiveCost
-        null(),                               // InvoiceId
-        a.provider.clone(),                   // InvoiceIssuerName
-        cost,                                 // ListCost
-        null(),                               // ListUnitPrice
-        "Standard".into(),                    // PricingCategory
-        null(),                               // PricingCurrency
-        null(),                               // PricingCurrencyContractedUnitPrice
-        null(),                               // PricingCurrencyEffectiveCost
-        null(),                               // PricingCurrencyListUnitPrice
-        quantity,                             // PricingQuantity
-        unit,                                 // PricingUnit
-        a.provider.clone(),                   // ProviderName
-        a.provider.clone(),                   // PublisherName
-        null(),                               // RegionId
-        null(),                               // RegionName
-        line.request_id.clone(),              // ResourceId
-        line.request_id.clone(),              // ResourceName
-        "Chat completion request".into(),     // ResourceType
-        "AI and Machine Learning".into(),     // ServiceCategory
-        a.upstream_model.clone(),             // ServiceName
-        "Generative AI".into(),               // ServiceSubcategory
-        a.upstream_model.clone(),             // SkuId
-        "Tokens".into(),                      // SkuMeter
-        null(),                               // SkuPriceDetails
-        null(),                               // SkuPriceId
-        line.policy.clone(),                  // SubAccountId
-        line.policy.clone(),                  // SubAccountName
-        "Policy".into(),                      // SubAccountType
-        tags,                                 // Tags
-        a.billing.clone(),                    // x_BillingState
+        null(),                                            // AvailabilityZone
+        cost.clone(),                                      // BilledCost
+        a.provider.clone(),                                // BillingAccountId
+        a.provider.clone(),                                // BillingAccountName
+        "Provider".into(),                                 // BillingAccountType
+        currency.to_string(),                              // BillingCurrency
+        focus_time(period_end),                            // BillingPeriodEnd
+        focus_time(period_start),                          // BillingPeriodStart
+        null(),                                            // CapacityReservationId
+        null(),                                            // CapacityReservationStatus
+        "Usage".into(),                                    // ChargeCategory
+        null(),                                            // ChargeClass
+        description,                                       // ChargeDescription
+        "Usage-Based".into(),                              // ChargeFrequency
+        focus_time(end),                                   // ChargePeriodEnd
+        focus_time(start),                                 // ChargePeriodStart
+        null(),                                            // CommitmentDiscountCategory
+        null(),                                            // CommitmentDiscountId
+        null(),                                            // CommitmentDiscountName
+        null(),                                            // CommitmentDiscountQuantity
+        null(),                                            // CommitmentDiscountStatus
+        null(),                                            // CommitmentDiscountType
+        null(),                                            // CommitmentDiscountUnit
+        quantity.clone(),                                  // ConsumedQuantity
+        unit.clone(),                                      // ConsumedUnit
+        cost.clone(),                                      // ContractedCost
+        null(),                                            // ContractedUnitPrice
+        cost.clone(),                                      // EffectiveCost
+        null(),                                            // InvoiceId
+        a.provider.clone(),                                // InvoiceIssuerName
+        cost,                                              // ListCost
+        null(),                                            // ListUnitPrice
+        "Standard".into(),                                 // PricingCategory
+        null(),                                            // PricingCurrency
+        null(),                                            // PricingCurrencyContractedUnitPrice
+        null(),                                            // PricingCurrencyEffectiveCost
+        null(),                                            // PricingCurrencyListUnitPrice
+        quantity,                                          // PricingQuantity
+        unit,                                              // PricingUnit
+        a.provider.clone(),                                // ProviderName
+        a.provider.clone(),                                // PublisherName
+        null(),                                            // RegionId
+        null(),                                            // RegionName
+        line.request_id.clone(),                           // ResourceId
+        line.request_id.clone(),                           // ResourceName
+        "Chat completion request".into(),                  // ResourceType
+        "AI and Machine Learning".into(),                  // ServiceCategory
+        a.upstream_model.clone(),                          // ServiceName
+        "Generative AI".into(),                            // ServiceSubcategory
+        a.upstream_model.clone(),                          // SkuId
+        "Tokens".into(),                                   // SkuMeter
+        null(),                                            // SkuPriceDetails
+        null(),                                            // SkuPriceId
+        line.policy.clone(),                               // SubAccountId
+        line.policy.clone(),                               // SubAccountName
+        "Policy".into(),                                   // SubAccountType
+        tags,                                              // Tags
+        a.billing.clone(),                                 // x_BillingState
         if maybe { a.worst_case.clone() } else { null() }, // x_MaybeBilledWorstCase
-        a.seq.to_string(),                    // x_AttemptSeq
-        a.cost_basis.clone().unwrap_or_default(), // x_CostBasis
-        line.plan_id.clone(),                 // x_PlanId
-        FOCUS_VERSION.into(),                 // x_FocusVersion
+        a.seq.to_string(),                                 // x_AttemptSeq
+        a.cost_basis.clone().unwrap_or_default(),          // x_CostBasis
+        line.plan_id.clone(),                              // x_PlanId
+        FOCUS_VERSION.into(),                              // x_FocusVersion
     ];
     Some(row.into_iter().map(guard_cell).collect())
 }
@@ -249,13 +262,20 @@ mod tests {
 
     #[test]
     fn charge_period_is_whole_seconds_and_never_empty() {
-        let (s, e) = charge_period("2026-11-03T10:00:00.250Z", Some("2026-11-03T10:00:01.100Z")).unwrap();
-        assert_eq!((focus_time(s), focus_time(e)), ("2026-11-03T10:00:00Z".into(), "2026-11-03T10:00:02Z".into()));
+        let (s, e) =
+            charge_period("2026-11-03T10:00:00.250Z", Some("2026-11-03T10:00:01.100Z")).unwrap();
+        assert_eq!(
+            (focus_time(s), focus_time(e)),
+            ("2026-11-03T10:00:00Z".into(), "2026-11-03T10:00:02Z".into())
+        );
         let (s, e) = charge_period("2026-11-03T10:00:00.000Z", None).unwrap();
         assert_eq!(focus_time(e), "2026-11-03T10:00:01Z");
         assert!(e > s);
         let (a, b) = month_of(s).unwrap();
-        assert_eq!((focus_time(a), focus_time(b)), ("2026-11-01T00:00:00Z".into(), "2026-12-01T00:00:00Z".into()));
+        assert_eq!(
+            (focus_time(a), focus_time(b)),
+            ("2026-11-01T00:00:00Z".into(), "2026-12-01T00:00:00Z".into())
+        );
         let (_, b) = month_of(parse("2026-12-31T23:00:00Z").unwrap()).unwrap();
         assert_eq!(focus_time(b), "2027-01-01T00:00:00Z");
     }

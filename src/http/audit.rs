@@ -261,7 +261,11 @@ impl CsvKind {
     }
 }
 
-async fn csv_response(state: &AppState, filter: q::Filter, kind: CsvKind) -> Result<Response, Refusal> {
+async fn csv_response(
+    state: &AppState,
+    filter: q::Filter,
+    kind: CsvKind,
+) -> Result<Response, Refusal> {
     let mut lines = state.engine.ledger.attempt_lines(filter);
     // Wait for the first line before answering, so a broken ledger is a 503, not a
     // cut stream.

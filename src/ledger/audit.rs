@@ -275,7 +275,10 @@ impl RequestCounts {
     /// Count `n` requests with stored outcome `outcome`.
     pub(super) fn add(&mut self, outcome: &str, n: u64) -> Result<(), LedgerError> {
         self.total += n;
-        let slot = match RequestOutcome::ALL.into_iter().find(|o| o.as_str() == outcome) {
+        let slot = match RequestOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == outcome)
+        {
             Some(RequestOutcome::InFlight) => &mut self.in_flight,
             Some(RequestOutcome::Ended(Outcome::Served)) => &mut self.served,
             Some(RequestOutcome::Ended(Outcome::Refused)) => &mut self.refused,

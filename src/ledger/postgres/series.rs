@@ -14,9 +14,15 @@ use crate::money::Money;
 
 fn trunc_sql(bucket: Bucket) -> &'static str {
     match bucket {
-        Bucket::Hour => "to_char(date_trunc('hour', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')",
-        Bucket::Day => "to_char(date_trunc('day', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"00:00:00\"Z\"')",
-        Bucket::Month => "to_char(date_trunc('month', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-01\"T\"00:00:00\"Z\"')",
+        Bucket::Hour => {
+            "to_char(date_trunc('hour', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"HH24:00:00\"Z\"')"
+        }
+        Bucket::Day => {
+            "to_char(date_trunc('day', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-DD\"T\"00:00:00\"Z\"')"
+        }
+        Bucket::Month => {
+            "to_char(date_trunc('month', a.started_at AT TIME ZONE 'UTC'), 'YYYY-MM-01\"T\"00:00:00\"Z\"')"
+        }
     }
 }
 
@@ -126,7 +132,10 @@ pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
     };
     for r in c.query(&sql, &q.params()).await? {
         let outcome: String = r.try_get(0)?;
-        requests.add(&outcome, u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0))?;
+        requests.add(
+            &outcome,
+            u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0),
+        )?;
     }
     Ok(Failures { attempts, requests })
 }

@@ -7,13 +7,13 @@
 //! thread.
 
 pub mod audit;
-pub mod series;
 mod books;
 mod group;
 pub mod migrate;
 mod ops;
 pub mod read;
 mod recover;
+pub mod series;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

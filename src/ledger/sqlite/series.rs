@@ -8,8 +8,7 @@ use rusqlite::{Connection, params_from_iter};
 use super::audit::{Clause, attempt_conditions, key_sql, request_conditions, text};
 use crate::ledger::LedgerError;
 use crate::ledger::audit::{
-    Bucket, FailureRow, Failures, Filter, GroupBy, RequestCounts, SeriesRow, SpendRow,
-    parse_money,
+    Bucket, FailureRow, Failures, Filter, GroupBy, RequestCounts, SeriesRow, SpendRow, parse_money,
 };
 
 /// Spend per (bucket, group), buckets oldest first. Rows stream from the covering
