@@ -115,7 +115,7 @@ async fn the_spend_page_in_a_real_browser() {
         .admin_json(&format!("/audit/v1/requests/{failover_id}"))
         .await;
     assert!(
-        failover["attempts"].as_array().unwrap().len() >= 1,
+        failover["attempts"].as_array().unwrap().len() == 2,
         "{failover}"
     );
     let hostile_row = g.admin_json(&format!("/audit/v1/requests/{hostile}")).await;
