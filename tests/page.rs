@@ -226,6 +226,16 @@ async fn the_page_and_its_assets_are_embedded() {
             && !js.contains("insertAdjacentHTML")
             && !js.contains("document.write")
     );
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(g.url("/audit"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 308);
+    assert_eq!(r.headers()["location"], "/audit/");
     assert_eq!(
         reqwest::get(g.url("/audit/assets/nope.js"))
             .await

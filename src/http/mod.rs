@@ -112,6 +112,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         .route("/audit/v1/failures", get(audit::failures))
         .route("/audit/v1/focus.csv", get(audit::focus_csv))
         .route("/audit/", get(page::index))
+        .route("/audit", get(page::to_index))
         .route("/audit/assets/{name}", get(page::asset))
         .route("/admin/v1/plan", get(admin::plan))
         .route("/admin/v1/reload", post(admin::reload))

@@ -60,3 +60,8 @@ pub async fn asset(Path(name): Path<String>) -> Response {
         None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
     }
 }
+
+/// `/audit` → `/audit/`: the page's asset paths are relative to the directory.
+pub async fn to_index() -> Response {
+    axum::response::Redirect::permanent("/audit/").into_response()
+}
