@@ -1,6 +1,11 @@
-//! Audit query latency on a ledger holding 1,000,000 attempts over one month:
-//! p50 / p95 of `requests?provider=X&limit=100` (a common and a rare provider) and of
-//! `spend?group_by=provider` for the month, measured over HTTP against the real router.
+//! Audit query latency over one month of ledger: p50 / p95 of the audit API's queries
+//! and of the spend page's (`/audit/`: totals, spend series, failures, budgets, the
+//! first page of requests), measured over HTTP against the real router.
+//!
+//! The ledger holds `PURSER_BENCH_REQUESTS` requests (default 9,000,000; every ninth
+//! fails over, so 10,000,000 attempts). SQLite always; PostgreSQL too when
+//! `PURSER_TEST_POSTGRES` names a server (the same rows, in a schema of their own,
+//! dropped at the end). `PURSER_BENCH_ENGINES=sqlite|postgres` runs one.
 //! Run: cargo bench --bench audit
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
@@ -12,13 +17,21 @@ use purser::clock::SystemClock;
 use purser::gateway::Engine;
 use purser::ledger::{Ledger, Options};
 
-const REQUESTS: u64 = 900_000;
-/// Every ninth request fails over: 900,000 + 100,000 = 1,000,000 attempts.
+/// Every ninth request fails over: 9,000,000 requests make 10,000,000 attempts.
 const SECOND_EVERY: u64 = 9;
+
+fn requests_n() -> u64 {
+    std::env::var("PURSER_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9_000_000)
+}
 const PROVIDERS: [&str; 4] = ["openai-us", "anthropic-eu", "gemini-eu", "pool-vllm"];
 const ADMIN: &str = "bench-admin";
 
-fn fill(path: &std::path::Path) -> u64 {
+fn fill(path: &std::path::Path, requests: u64) -> u64 {
+    #[allow(non_snake_case)]
+    let REQUESTS = requests;
     drop(Ledger::open(path, Options::default()).unwrap());
     let mut c = purser::ledger::connect(path, &Options::default()).unwrap();
     let month_start = time::macros::datetime!(2026-11-01 00:00 UTC);
@@ -115,73 +128,191 @@ async fn time_get(client: &reqwest::Client, url: &str, runs: usize) -> (Duration
     (times[runs / 2], times[runs * 95 / 100], bytes)
 }
 
-#[tokio::main]
-async fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("audit-bench.db");
-    let t = Instant::now();
-    let attempts = fill(&db);
-    println!(
-        "filled {attempts} attempts ({REQUESTS} requests) in {:.1} s",
-        t.elapsed().as_secs_f64()
+/// The same rows as `fill`, made by PostgreSQL itself (generate_series), in a new
+/// schema of the server at `base`; returns the URL on that schema.
+async fn fill_postgres(base: &str, requests: u64) -> (String, String) {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let schema = format!("purser_bench_{}", std::process::id());
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    // Migrate.
+    drop(
+        Ledger::open_at(
+            &purser::ledger::Target::Postgres(url.clone()),
+            Options::default(),
+        )
+        .await
+        .unwrap(),
     );
+    let step_ms = (30 * 86_400_000) / requests as i64;
+    let n = requests as i64;
+    let providers = "ARRAY['openai-us','anthropic-eu','gemini-eu','pool-vllm']";
+    let first =
+        format!("CASE WHEN i % 200 = 0 THEN 'rare-provider' ELSE ({providers})[i % 4 + 1] END");
+    let server = format!(
+        "CASE WHEN i % {SECOND_EVERY} = 0 THEN ({providers})[(i + 1) % 4 + 1] ELSE {first} END"
+    );
+    let at = format!(
+        "timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * {step_ms})::double precision / 1000)"
+    );
+    let sql = format!(
+        "SET search_path = {schema};
+         SET synchronous_commit = off;
+         INSERT INTO requests (id, received_at, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, served_by, cost, replica)
+           SELECT 'R' || lpad(i::text, 25, '0'), {at}, 'client-' || (i % 50), 'policy-' || (i % 10), 'plan', 'gpt-4o-mini', 'soft', 0.5, 0.01, 'served', {server}, 0.000075, 'bench'
+           FROM generate_series(0::bigint, {n} - 1) i;
+         INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, finished_at, state, status, class, billing, decision, reason, input_tokens, output_tokens, cost, worst_case, replica)
+           SELECT 'R' || lpad(i::text, 25, '0'), 1, {first}, 'm', 'us', {at}, {at}, 'done', 429, 'rate_limited', 'not_billed', 'failover', 'bench', 100, 50, 0, 0.01, 'bench'
+           FROM generate_series(0::bigint, {n} - 1) i WHERE i % {SECOND_EVERY} = 0;
+         INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, finished_at, state, status, class, billing, decision, reason, input_tokens, output_tokens, cost, worst_case, replica)
+           SELECT 'R' || lpad(i::text, 25, '0'), CASE WHEN i % {SECOND_EVERY} = 0 THEN 2 ELSE 1 END, {server}, 'm', 'us', {at}, {at}, 'done', 200, 'success', 'billed', 'served', 'bench', 100, 50, 0.000075, 0.01, 'bench'
+           FROM generate_series(0::bigint, {n} - 1) i;"
+    );
+    client.batch_execute(&sql).await.unwrap();
+    // VACUUM runs outside the batch's implicit transaction.
+    for t in ["requests", "attempts"] {
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {schema}.{t}"))
+            .await
+            .unwrap();
+    }
+    (url, schema)
+}
 
+const QUERIES: [(&str, &str, usize); 10] = [
+    (
+        "requests?provider=openai-us&limit=100",
+        "/requests?provider=openai-us&limit=100",
+        30,
+    ),
+    (
+        "requests?provider=rare-provider&limit=100 (0.5%)",
+        "/requests?provider=rare-provider&limit=100",
+        30,
+    ),
+    (
+        "requests?policy=policy-3&limit=100",
+        "/requests?policy=policy-3&limit=100",
+        30,
+    ),
+    (
+        "page: requests?limit=50 (first page)",
+        "/requests?limit=50",
+        30,
+    ),
+    ("page: budgets", "/budgets", 30),
+    (
+        "page: spend?group_by=provider, month (totals)",
+        "/spend?group_by=provider&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
+        5,
+    ),
+    (
+        "spend?group_by=day, month",
+        "/spend?group_by=day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
+        5,
+    ),
+    (
+        "page: spend/series?bucket=day&group_by=provider",
+        "/spend/series?bucket=day&group_by=provider&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
+        5,
+    ),
+    (
+        "page: spend/series?bucket=day&group_by=policy",
+        "/spend/series?bucket=day&group_by=policy&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
+        5,
+    ),
+    (
+        "page: failures, month",
+        "/failures?since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
+        5,
+    ),
+];
+
+async fn measure(engine: &str, ledger: Ledger) {
     let plan = purser::policy::compile_dir(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("policies")
             .as_path(),
     )
     .unwrap();
-    let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
-    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
+    let engine_ = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = purser::http::router(
-        engine,
+        engine_,
         purser::http::Options {
             admin_token: purser::http::AdminToken::new(ADMIN),
             ..purser::http::Options::default()
         },
     );
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let client = reqwest::Client::new();
     let base = format!("http://{addr}/audit/v1");
     println!(
-        "{:<62} {:>9} {:>9} {:>9}",
-        "query", "p50 ms", "p95 ms", "bytes"
+        "{:<10} {:<52} {:>9} {:>9} {:>9}",
+        "engine", "query", "p50 ms", "p95 ms", "bytes"
     );
-    for (label, path, runs) in [
-        (
-            "requests?provider=openai-us&limit=100",
-            "/requests?provider=openai-us&limit=100",
-            50,
-        ),
-        (
-            "requests?provider=rare-provider&limit=100 (0.5% of requests)",
-            "/requests?provider=rare-provider&limit=100",
-            50,
-        ),
-        (
-            "requests?policy=policy-3&limit=100",
-            "/requests?policy=policy-3&limit=100",
-            50,
-        ),
-        (
-            "spend?group_by=provider, one month (1M attempts)",
-            "/spend?group_by=provider&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
-            7,
-        ),
-        (
-            "spend?group_by=day, one month",
-            "/spend?group_by=day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
-            7,
-        ),
-    ] {
+    for (label, path, runs) in QUERIES {
         let (p50, p95, bytes) = time_get(&client, &format!("{base}{path}"), runs).await;
         println!(
-            "{label:<62} {:>9.2} {:>9.2} {bytes:>9}",
+            "{engine:<10} {label:<52} {:>9.2} {:>9.2} {bytes:>9}",
             p50.as_secs_f64() * 1e3,
             p95.as_secs_f64() * 1e3
         );
+    }
+    server.abort();
+}
+
+#[tokio::main]
+async fn main() {
+    let requests = requests_n();
+    let engines =
+        std::env::var("PURSER_BENCH_ENGINES").unwrap_or_else(|_| "sqlite,postgres".into());
+    if engines.contains("sqlite") {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("audit-bench.db");
+        let t = Instant::now();
+        let attempts = fill(&db, requests);
+        println!(
+            "sqlite: filled {attempts} attempts ({requests} requests) in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
+        measure("sqlite", ledger).await;
+    }
+    if engines.contains("postgres") {
+        match std::env::var("PURSER_TEST_POSTGRES") {
+            Ok(base) => {
+                let t = Instant::now();
+                let (url, schema) = fill_postgres(&base, requests).await;
+                println!(
+                    "postgres: filled {requests} requests in {:.1} s",
+                    t.elapsed().as_secs_f64()
+                );
+                let (ledger, _) =
+                    Ledger::open_at(&purser::ledger::Target::Postgres(url), Options::default())
+                        .await
+                        .unwrap();
+                measure("postgres", ledger).await;
+                let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                    .await
+                    .unwrap();
+                tokio::spawn(conn);
+                client
+                    .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                    .await
+                    .unwrap();
+            }
+            Err(_) => println!("postgres: skipped (set PURSER_TEST_POSTGRES to a server URL)"),
+        }
     }
 }

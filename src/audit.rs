@@ -4,8 +4,10 @@
 
 use crate::failure::FailureClass;
 use crate::ledger::audit::{
-    Cursor, DEFAULT_LIMIT, Filter, GroupBy, Instant, MAX_LIMIT, RequestOutcome,
+    Bucket, Cursor, DEFAULT_LIMIT, Filter, GroupBy, Instant, MAX_LIMIT, RequestOutcome,
 };
+
+pub mod focus;
 use crate::ledger::{LedgerError, audit::AttemptLine};
 
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +163,56 @@ pub fn spend_query(pairs: Pairs<'_>) -> Result<SpendQuery, AuditError> {
         filter: filter(pairs)?,
         group_by,
     })
+}
+
+/// `spend/series`: filters, the bucket width and the grouping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesQuery {
+    pub filter: Filter,
+    pub bucket: Bucket,
+    pub group_by: GroupBy,
+}
+
+/// Groupings a series can stack by: every `GroupBy` but the time one, which the
+/// bucket already is.
+fn series_group(g: GroupBy) -> bool {
+    match g {
+        GroupBy::Provider | GroupBy::Policy | GroupBy::Client | GroupBy::Model => true,
+        GroupBy::Day => false,
+    }
+}
+
+pub fn series_query(pairs: Pairs<'_>) -> Result<SeriesQuery, AuditError> {
+    check_names(pairs, &["bucket", "group_by"])?;
+    let mut q = SeriesQuery {
+        filter: filter(pairs)?,
+        bucket: Bucket::Day,
+        group_by: GroupBy::Provider,
+    };
+    for (k, v) in pairs {
+        match k.as_str() {
+            "bucket" => {
+                q.bucket = Bucket::parse(v).ok_or_else(|| {
+                    let names: Vec<&str> = Bucket::ALL.iter().map(|b| b.as_str()).collect();
+                    invalid(k, v, format!("one of {}", names.join(", ")))
+                })?;
+            }
+            "group_by" => {
+                q.group_by = GroupBy::parse(v)
+                    .filter(|g| series_group(*g))
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = GroupBy::ALL
+                            .iter()
+                            .filter(|g| series_group(**g))
+                            .map(|g| g.as_str())
+                            .collect();
+                        invalid(k, v, format!("one of {}", names.join(", ")))
+                    })?;
+            }
+            _ => {}
+        }
+    }
+    Ok(q)
 }
 
 pub fn attempts_query(pairs: Pairs<'_>) -> Result<Filter, AuditError> {

@@ -101,6 +101,9 @@ async fn served_responses_match_the_openapi_description() {
         "/audit/v1/spend",
         "/audit/v1/attempts.csv",
         "/audit/v1/budgets",
+        "/audit/v1/spend/series",
+        "/audit/v1/failures",
+        "/audit/v1/focus.csv",
     ] {
         assert!(
             report.contains(&format!("GET {op}\"")),

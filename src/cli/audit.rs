@@ -159,6 +159,19 @@ async fn run(args: &AuditArgs) -> Result<(), AuditError> {
                 }
             }
         }
+        AuditWhat::Focus => {
+            let filter = audit::attempts_query(&pairs)?;
+            let mut lines = ledger.attempt_lines(filter);
+            let mut w = csv::Writer::from_writer(&mut out);
+            w.write_record(audit::focus::HEADER)
+                .map_err(std::io::Error::other)?;
+            while let Some(line) = lines.recv().await {
+                if let Some(record) = audit::focus::record(&line?, &args.currency) {
+                    w.write_record(record).map_err(std::io::Error::other)?;
+                }
+            }
+            w.flush()?;
+        }
         AuditWhat::Budgets => {
             if !pairs.is_empty() {
                 return Err(AuditError::UnknownParam(

@@ -195,6 +195,9 @@ pub struct AuditArgs {
     pub group_by: Option<String>,
     #[arg(long, value_enum, default_value = "table")]
     pub format: AuditFormat,
+    /// focus: the currency amounts are in (the policy set's `currency`).
+    #[arg(long, default_value = "USD")]
+    pub currency: String,
 }
 
 /// The audit API's filters, validated by the same parser.
@@ -227,6 +230,8 @@ pub enum AuditWhat {
     Requests,
     Spend,
     Budgets,
+    /// Billed and maybe-billed attempts as FOCUS 1.2 CSV (always CSV).
+    Focus,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

@@ -146,6 +146,52 @@ pub async fn spend(
     .into_response())
 }
 
+/// `GET /audit/v1/spend/series`: spend per time bucket, stacked by a grouping.
+pub async fn series(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Params,
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let query = audit::series_query(&pairs(params)?)?;
+    let (since, until) = (
+        query.filter.since.as_ref().map(|i| i.text.clone()),
+        query.filter.until.as_ref().map(|i| i.text.clone()),
+    );
+    let rows = state
+        .engine
+        .ledger
+        .series(query.filter, query.bucket, query.group_by)
+        .await
+        .map_err(|e| Refusal::Audit(e.into()))?;
+    Ok(axum::Json(json!({
+        "bucket": query.bucket.as_str(),
+        "group_by": query.group_by.as_str(),
+        "since": since,
+        "until": until,
+        "currency": state.engine.plan().currency(),
+        "rows": rows,
+    }))
+    .into_response())
+}
+
+/// `GET /audit/v1/failures`: attempts per provider and class, and request outcomes.
+pub async fn failures(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Params,
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let filter = audit::attempts_query(&pairs(params)?)?;
+    let f = state
+        .engine
+        .ledger
+        .failures(filter)
+        .await
+        .map_err(|e| Refusal::Audit(e.into()))?;
+    Ok(axum::Json(f).into_response())
+}
+
 pub async fn budgets(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -170,6 +216,56 @@ pub async fn attempts_csv(
 ) -> Result<Response, Refusal> {
     authorize(&state, &headers)?;
     let filter = audit::attempts_query(&pairs(params)?)?;
+    csv_response(&state, filter, CsvKind::Attempts).await
+}
+
+/// `GET /audit/v1/focus.csv`: billed and maybe-billed attempts as FOCUS 1.2 rows.
+pub async fn focus_csv(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    params: Params,
+) -> Result<Response, Refusal> {
+    authorize(&state, &headers)?;
+    let filter = audit::attempts_query(&pairs(params)?)?;
+    csv_response(&state, filter, CsvKind::Focus).await
+}
+
+/// Which CSV an attempt stream is written as.
+#[derive(Clone, Copy)]
+enum CsvKind {
+    Attempts,
+    Focus,
+}
+
+impl CsvKind {
+    fn header(self) -> &'static [&'static str] {
+        match self {
+            CsvKind::Attempts => &audit::CSV_HEADER,
+            CsvKind::Focus => &audit::focus::HEADER,
+        }
+    }
+
+    fn filename(self) -> &'static str {
+        match self {
+            CsvKind::Attempts => "attachment; filename=\"attempts.csv\"",
+            CsvKind::Focus => "attachment; filename=\"focus-1.2.csv\"",
+        }
+    }
+
+    /// The line's cells, or `None` when this CSV leaves the line out.
+    fn record(self, line: &q::AttemptLine, currency: &str) -> Option<Vec<String>> {
+        match self {
+            CsvKind::Attempts => Some(audit::csv_record(line, currency)),
+            CsvKind::Focus => audit::focus::record(line, currency),
+        }
+    }
+}
+
+async fn csv_response(
+    state: &AppState,
+    filter: q::Filter,
+    kind: CsvKind,
+) -> Result<Response, Refusal> {
     let mut lines = state.engine.ledger.attempt_lines(filter);
     // Wait for the first line before answering, so a broken ledger is a 503, not a
     // cut stream.
@@ -183,6 +279,7 @@ pub async fn attempts_csv(
         currency: state.engine.plan().currency().to_string(),
         header: true,
         done: false,
+        kind,
     };
     let stream = futures_util::stream::unfold(csv, |mut csv| async move {
         csv.next_chunk().await.map(|chunk| (chunk, csv))
@@ -190,10 +287,7 @@ pub async fn attempts_csv(
     Ok((
         [
             ("content-type", "text/csv; charset=utf-8"),
-            (
-                "content-disposition",
-                "attachment; filename=\"attempts.csv\"",
-            ),
+            ("content-disposition", kind.filename()),
         ],
         Body::from_stream(stream),
     )
@@ -209,6 +303,7 @@ struct Csv {
     currency: String,
     header: bool,
     done: bool,
+    kind: CsvKind,
 }
 
 impl Csv {
@@ -218,7 +313,7 @@ impl Csv {
         }
         let mut w = csv::Writer::from_writer(Vec::with_capacity(CSV_BATCH + 1024));
         if std::mem::take(&mut self.header) {
-            w.write_record(audit::CSV_HEADER).ok()?;
+            w.write_record(self.kind.header()).ok()?;
         }
         loop {
             let next = match self.first.take() {
@@ -227,7 +322,10 @@ impl Csv {
             };
             match next {
                 Some(Ok(line)) => {
-                    if let Err(e) = w.write_record(audit::csv_record(&line, &self.currency)) {
+                    let Some(record) = self.kind.record(&line, &self.currency) else {
+                        continue;
+                    };
+                    if let Err(e) = w.write_record(record) {
                         self.done = true;
                         return Some(Err(std::io::Error::other(e)));
                     }

@@ -15,6 +15,7 @@ use crate::reload::Reloader;
 
 mod admin;
 pub mod audit;
+mod page;
 
 pub use audit::AdminToken;
 
@@ -117,6 +118,12 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
         .route("/audit/v1/spend", get(audit::spend))
         .route("/audit/v1/attempts.csv", get(audit::attempts_csv))
         .route("/audit/v1/budgets", get(audit::budgets))
+        .route("/audit/v1/spend/series", get(audit::series))
+        .route("/audit/v1/failures", get(audit::failures))
+        .route("/audit/v1/focus.csv", get(audit::focus_csv))
+        .route("/audit/", get(page::index))
+        .route("/audit", get(page::to_index))
+        .route("/audit/assets/{name}", get(page::asset))
         .route("/admin/v1/plan", get(admin::plan))
         .route("/admin/v1/reload", post(admin::reload))
         .layer(DefaultBodyLimit::max(opts.body_limit))

@@ -203,3 +203,138 @@ pub(super) fn parse_money(s: &str) -> Result<Money, LedgerError> {
     s.parse()
         .map_err(|e| LedgerError::Corrupt(format!("amount `{s}`: {e}")))
 }
+
+/// The width of one step of a spend series. Buckets are UTC calendar units, labelled
+/// by their start (`2026-11-03T00:00:00Z`), so a bucket's label sorts as its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    Hour,
+    Day,
+    Month,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 3] = [Bucket::Hour, Bucket::Day, Bucket::Month];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+            Bucket::Month => "month",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Bucket> {
+        Bucket::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+
+    /// How many leading characters of purser's RFC 3339 text name the bucket
+    /// (`2026-11-03T14` for an hour), and what completes that prefix into the
+    /// bucket's start.
+    pub fn prefix(self) -> (usize, &'static str) {
+        match self {
+            Bucket::Hour => (13, ":00:00Z"),
+            Bucket::Day => (10, "T00:00:00Z"),
+            Bucket::Month => (7, "-01T00:00:00Z"),
+        }
+    }
+}
+
+/// One (bucket, group) cell of a spend series: the same sums as `SpendRow`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeriesRow {
+    pub bucket: String,
+    #[serde(flatten)]
+    pub spend: SpendRow,
+}
+
+/// Attempts that ended in one class at one provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailureRow {
+    pub provider: String,
+    /// `success`, a failure class, or `in_flight` for an attempt with no class yet.
+    pub class: String,
+    pub attempts: u64,
+}
+
+/// How requests ended, for the page's failure panel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RequestCounts {
+    pub total: u64,
+    pub served: u64,
+    pub refused: u64,
+    pub failed: u64,
+    pub in_flight: u64,
+    pub interrupted: u64,
+    /// Served requests whose answer came from an attempt after the first: what the
+    /// alternates saved.
+    pub served_after_failover: u64,
+}
+
+impl RequestCounts {
+    /// Count `n` requests with stored outcome `outcome`.
+    pub(super) fn add(&mut self, outcome: &str, n: u64) -> Result<(), LedgerError> {
+        self.total += n;
+        let slot = match RequestOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == outcome)
+        {
+            Some(RequestOutcome::InFlight) => &mut self.in_flight,
+            Some(RequestOutcome::Ended(Outcome::Served)) => &mut self.served,
+            Some(RequestOutcome::Ended(Outcome::Refused)) => &mut self.refused,
+            Some(RequestOutcome::Ended(Outcome::Failed)) => &mut self.failed,
+            Some(RequestOutcome::Interrupted) => &mut self.interrupted,
+            None => return Err(LedgerError::Corrupt(format!("request outcome `{outcome}`"))),
+        };
+        *slot += n;
+        Ok(())
+    }
+}
+
+/// Failures by provider and class, and how requests ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failures {
+    pub attempts: Vec<FailureRow>,
+    pub requests: RequestCounts,
+}
+
+impl SpendRow {
+    pub(super) fn empty(key: String) -> SpendRow {
+        SpendRow {
+            key,
+            cost: Money::ZERO,
+            maybe_billed_cost: Money::ZERO,
+            attempts: 0,
+            billed: 0,
+            maybe_billed: 0,
+            not_billed: 0,
+        }
+    }
+
+    /// Add `n` attempts in billing state `billing`, with their summed cost and worst
+    /// case; the worst case counts only for `maybe_billed` (exposure, not spend).
+    pub(super) fn add(
+        &mut self,
+        billing: &str,
+        n: u64,
+        cost: Money,
+        worst_case: Money,
+    ) -> Result<(), LedgerError> {
+        let overflow = || LedgerError::Corrupt("spend total overflows a decimal".into());
+        self.attempts += n;
+        self.cost = self.cost.checked_add(cost).ok_or_else(overflow)?;
+        match billing {
+            "billed" => self.billed += n,
+            "maybe_billed" => {
+                self.maybe_billed += n;
+                self.maybe_billed_cost = self
+                    .maybe_billed_cost
+                    .checked_add(worst_case)
+                    .ok_or_else(overflow)?;
+            }
+            "not_billed" => self.not_billed += n,
+            other => return Err(LedgerError::Corrupt(format!("billing state `{other}`"))),
+        }
+        Ok(())
+    }
+}

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::audit::{AttemptLine, BudgetState, Cursor, Filter, GroupBy, RequestPage, SpendRow};
+use super::audit::{
+    AttemptLine, Bucket, BudgetState, Cursor, Failures, Filter, GroupBy, RequestPage, SeriesRow,
+    SpendRow,
+};
 use super::read::{BudgetRow, RequestRow};
 use super::{
     AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Op, Options, Recovered,
@@ -250,6 +253,32 @@ impl Ledger {
         match &*self.engine {
             Engine::Sqlite(s) => s.read(move |c| sqlite::audit::spend(c, &f, by)).await,
             Engine::Postgres(s) => postgres::read::spend(&s.reader().await?, &f, by).await,
+        }
+    }
+
+    /// Spend per time bucket and group (the spend page's chart).
+    pub async fn series(
+        &self,
+        f: Filter,
+        bucket: Bucket,
+        by: GroupBy,
+    ) -> Result<Vec<SeriesRow>, LedgerError> {
+        match &*self.engine {
+            Engine::Sqlite(s) => {
+                s.read(move |c| sqlite::series::series(c, &f, bucket, by))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::series::series(&s.reader().await?, &f, bucket, by).await
+            }
+        }
+    }
+
+    /// Attempts per provider and class, and how requests ended (the failure panel).
+    pub async fn failures(&self, f: Filter) -> Result<Failures, LedgerError> {
+        match &*self.engine {
+            Engine::Sqlite(s) => s.read(move |c| sqlite::series::failures(c, &f)).await,
+            Engine::Postgres(s) => postgres::series::failures(&s.reader().await?, &f).await,
         }
     }
 

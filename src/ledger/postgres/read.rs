@@ -117,20 +117,20 @@ pub async fn request(c: &Client, id: &str) -> Result<Option<RequestRow>, LedgerE
 
 /// A `WHERE` clause with its bound values.
 #[derive(Default)]
-struct Clause {
-    sql: Vec<String>,
-    args: Vec<Param>,
+pub(super) struct Clause {
+    pub(super) sql: Vec<String>,
+    pub(super) args: Vec<Param>,
 }
 
 impl Clause {
     /// `sql` holds one `?`, which becomes the next numbered parameter bound to `arg`.
-    fn push(&mut self, sql: &str, arg: impl ToSql + Sync + Send + 'static) {
+    pub(super) fn push(&mut self, sql: &str, arg: impl ToSql + Sync + Send + 'static) {
         self.args.push(Box::new(arg));
         self.sql
             .push(sql.replacen('?', &format!("${}", self.args.len()), 1));
     }
 
-    fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         if self.sql.is_empty() {
             String::new()
         } else {
@@ -138,7 +138,7 @@ impl Clause {
         }
     }
 
-    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+    pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         self.args
             .iter()
             .map(|a| a.as_ref() as &(dyn ToSql + Sync))
@@ -146,7 +146,7 @@ impl Clause {
     }
 }
 
-fn request_conditions(c: &mut Clause, f: &Filter) {
+pub(super) fn request_conditions(c: &mut Clause, f: &Filter) {
     for (col, v) in [
         ("r.policy", &f.policy),
         ("r.client", &f.client),
@@ -220,7 +220,7 @@ pub async fn requests(
     })
 }
 
-fn attempt_conditions(f: &Filter) -> (Clause, bool) {
+pub(super) fn attempt_conditions(f: &Filter) -> (Clause, bool) {
     let mut c = Clause::default();
     if let Some(s) = &f.since {
         c.push("a.started_at >= ?", s.at);
@@ -240,7 +240,7 @@ fn attempt_conditions(f: &Filter) -> (Clause, bool) {
     (c, needs_request)
 }
 
-fn key_sql(by: GroupBy) -> &'static str {
+pub(super) fn key_sql(by: GroupBy) -> &'static str {
     match by {
         GroupBy::Provider => "a.provider",
         GroupBy::Policy => "r.policy",

@@ -17,13 +17,13 @@ use crate::ledger::read::RequestRow;
 use crate::money::Money;
 
 /// A `WHERE` clause with its bound values.
-struct Clause {
-    sql: Vec<String>,
-    args: Vec<Box<dyn ToSql>>,
+pub(super) struct Clause {
+    pub(super) sql: Vec<String>,
+    pub(super) args: Vec<Box<dyn ToSql>>,
 }
 
 impl Clause {
-    fn new() -> Clause {
+    pub(super) fn new() -> Clause {
         Clause {
             sql: vec![],
             args: vec![],
@@ -31,13 +31,13 @@ impl Clause {
     }
 
     /// `sql` holds one `?`, which becomes the next numbered parameter bound to `arg`.
-    fn push(&mut self, sql: &str, arg: impl ToSql + 'static) {
+    pub(super) fn push(&mut self, sql: &str, arg: impl ToSql + 'static) {
         self.args.push(Box::new(arg));
         self.sql
             .push(sql.replacen('?', &format!("?{}", self.args.len()), 1));
     }
 
-    fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         if self.sql.is_empty() {
             String::new()
         } else {
@@ -47,7 +47,7 @@ impl Clause {
 }
 
 /// Conditions on the request row `r`, shared by every endpoint.
-fn request_conditions(c: &mut Clause, f: &Filter) {
+pub(super) fn request_conditions(c: &mut Clause, f: &Filter) {
     for (col, v) in [
         ("r.policy", &f.policy),
         ("r.client", &f.client),
@@ -127,7 +127,7 @@ pub fn requests(
     })
 }
 
-fn key_sql(by: GroupBy) -> &'static str {
+pub(super) fn key_sql(by: GroupBy) -> &'static str {
     match by {
         GroupBy::Provider => "a.provider",
         GroupBy::Policy => "r.policy",
@@ -138,7 +138,7 @@ fn key_sql(by: GroupBy) -> &'static str {
 }
 
 /// Conditions on attempts `a` joined to their request `r`.
-fn attempt_conditions(f: &Filter) -> (Clause, bool) {
+pub(super) fn attempt_conditions(f: &Filter) -> (Clause, bool) {
     let mut c = Clause::new();
     if let Some(s) = &f.since {
         c.push("a.started_at >= ?", s.text.clone());
@@ -214,7 +214,7 @@ pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>
 }
 
 /// Column `i` as borrowed text (no copy per row).
-fn text<'r>(r: &'r Row<'_>, i: usize) -> Result<&'r str, LedgerError> {
+pub(super) fn text<'r>(r: &'r Row<'_>, i: usize) -> Result<&'r str, LedgerError> {
     r.get_ref(i)?
         .as_str()
         .map_err(|e| LedgerError::Corrupt(format!("column {i}: {e}")))

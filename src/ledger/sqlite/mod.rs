@@ -13,6 +13,7 @@ pub mod migrate;
 mod ops;
 pub mod read;
 mod recover;
+pub mod series;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,0 +1,139 @@
+//! The spend page's queries on PostgreSQL: the same answers as `sqlite::series`,
+//! summed by PostgreSQL in NUMERIC (exact).
+
+use std::collections::BTreeMap;
+
+use deadpool_postgres::Client;
+
+use super::read::{Clause, attempt_conditions, key_sql, request_conditions};
+use crate::ledger::LedgerError;
+use crate::ledger::audit::{
+    Bucket, FailureRow, Failures, Filter, GroupBy, RequestCounts, SeriesRow, SpendRow,
+};
+use crate::money::Money;
+
+fn unit(bucket: Bucket) -> &'static str {
+    match bucket {
+        Bucket::Hour => "hour",
+        Bucket::Day => "day",
+        Bucket::Month => "month",
+    }
+}
+
+pub async fn series(
+    c: &Client,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    let (w, mut join) = attempt_conditions(f);
+    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
+    // Group on the truncated instant and format only the groups: formatting every
+    // row (to_char per attempt) cost more than the sums.
+    let sql = format!(
+        "SELECT to_char(s.b, 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), s.k, s.billing, s.n, s.c, s.w FROM (
+           SELECT date_trunc('{unit}', a.started_at AT TIME ZONE 'UTC') AS b, {key} AS k, a.billing,
+                  count(*) AS n, COALESCE(sum(a.cost), 0) AS c, COALESCE(sum(a.worst_case), 0) AS w
+           FROM attempts a {join} {where_} GROUP BY 1, 2, 3) s",
+        unit = unit(bucket),
+        key = key_sql(by),
+        join = if join {
+            "JOIN requests r ON r.id = a.request_id"
+        } else {
+            ""
+        },
+        where_ = w.render(),
+    );
+    let mut cells: BTreeMap<(String, String), SpendRow> = BTreeMap::new();
+    for r in c.query(&sql, &w.params()).await? {
+        let b: String = r.try_get(0)?;
+        let key: String = r.try_get(1)?;
+        let billing: String = r.try_get(2)?;
+        let n = u64::try_from(r.try_get::<_, i64>(3)?).unwrap_or(0);
+        let row = cells
+            .entry((b, key.clone()))
+            .or_insert_with(|| SpendRow::empty(key));
+        row.add(
+            &billing,
+            n,
+            Money::new(r.try_get(4)?),
+            Money::new(r.try_get(5)?),
+        )?;
+    }
+    Ok(cells
+        .into_iter()
+        .map(|((bucket, _), spend)| SeriesRow { bucket, spend })
+        .collect())
+}
+
+/// As `sqlite::series::failures`: requests served after a failover are counted from
+/// the attempts (a success after the first).
+pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
+    let (w, join) = attempt_conditions(f);
+    let sql = format!(
+        "SELECT a.provider, COALESCE(a.class, 'in_flight'), a.seq > 1, count(*) FROM attempts a {join} {where_}
+         GROUP BY 1, 2, 3 ORDER BY 1, 2",
+        join = if join {
+            "JOIN requests r ON r.id = a.request_id"
+        } else {
+            ""
+        },
+        where_ = w.render(),
+    );
+    let mut attempts: Vec<FailureRow> = Vec::new();
+    let mut after_failover = 0u64;
+    for r in c.query(&sql, &w.params()).await? {
+        let provider: String = r.try_get(0)?;
+        let class: String = r.try_get(1)?;
+        let later: bool = r.try_get(2)?;
+        let n = u64::try_from(r.try_get::<_, i64>(3)?).unwrap_or(0);
+        if later && class == "success" {
+            after_failover += n;
+        }
+        match attempts.last_mut() {
+            Some(last) if last.provider == provider && last.class == class => last.attempts += n,
+            _ => attempts.push(FailureRow {
+                provider,
+                class,
+                attempts: n,
+            }),
+        }
+    }
+
+    let mut q = Clause::default();
+    if let Some(s) = &f.since {
+        q.push("r.received_at >= ?", s.at);
+    }
+    if let Some(u) = &f.until {
+        q.push("r.received_at < ?", u.at);
+    }
+    request_conditions(&mut q, f);
+    if let Some(p) = &f.provider {
+        q.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.provider = ?)",
+            p.clone(),
+        );
+    }
+    if let Some(k) = &f.class {
+        q.push(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id AND a.class = ?)",
+            k.clone(),
+        );
+    }
+    let sql = format!(
+        "SELECT r.outcome, count(*) FROM requests r {} GROUP BY 1",
+        q.render()
+    );
+    let mut requests = RequestCounts {
+        served_after_failover: after_failover,
+        ..RequestCounts::default()
+    };
+    for r in c.query(&sql, &q.params()).await? {
+        let outcome: String = r.try_get(0)?;
+        requests.add(
+            &outcome,
+            u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0),
+        )?;
+    }
+    Ok(Failures { attempts, requests })
+}
