@@ -47,6 +47,11 @@ pub enum ReloadError {
     },
     #[error("the reload did not complete: {0}")]
     Interrupted(String),
+    /// Budgets added by the new set could not be started from the ledger.
+    #[error(
+        "the ledger could not prepare the budgets the new set adds ({detail}); plan {kept} keeps serving"
+    )]
+    Ledger { kept: String, detail: String },
 }
 
 impl Reloader {
@@ -82,6 +87,28 @@ impl Reloader {
                 kept: running.id().to_string(),
             });
         }
+        // A budget the running plan lacks is added (or added back): its window may be
+        // a leftover from earlier in the period that missed the charges made while it
+        // was absent, so it starts again from the ledger. Before the swap, so no
+        // admission under the new plan reserves in the leftover first.
+        let added: Vec<_> = plan
+            .policies()
+            .flat_map(|p| p.budgets.iter().map(move |b| (p, b)))
+            .filter(|(p, b)| {
+                running
+                    .policy(p.id.as_str())
+                    .is_none_or(|old| !old.budgets.iter().any(|o| o.period == b.period))
+            })
+            .map(|(p, b)| (p.id.to_string(), b.period))
+            .collect();
+        self.engine
+            .ledger
+            .forget_windows(added, self.engine.now())
+            .await
+            .map_err(|e| ReloadError::Ledger {
+                kept: running.id().to_string(),
+                detail: e.to_string(),
+            })?;
         let warnings = plan.warnings().iter().map(|w| w.to_string()).collect();
         let plan_id = plan.id().to_string();
         let previous = self.engine.replace_plan(plan);

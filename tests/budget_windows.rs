@@ -227,6 +227,67 @@ async fn a_budget_added_mid_day_counts_the_days_spend_postgres() {
     a_budget_added_mid_day_counts_the_days_spend(Kind::Postgres).await;
 }
 
+/// A budget removed by one reload and added back by another within the day: what was
+/// spent while it was absent counts when it returns. (Before, the window row of the
+/// morning was kept and missed those charges: the team passed its budget.)
+async fn a_budget_removed_and_added_back_counts_what_was_spent_without_it(kind: Kind) {
+    let Some(gw) = gateway(kind, &format!("readded_{kind:?}"), "hard", &[day("5")]).await else {
+        return;
+    };
+    assert_eq!(gw.chat().await.0, 200); // 0.02 in the morning's window
+    gw.quiet().await;
+    let (status, body) = gw.reload(policy_set(&gw.vendors, "USD", "hard", &[])).await;
+    assert_eq!(status, 200, "{body}");
+    for _ in 0..5 {
+        let (status, body) = gw.chat().await;
+        assert_eq!(status, 200, "{body}"); // 0.10 more, with no budget
+    }
+    gw.quiet().await;
+    // A limit the morning's window alone would admit the next request under (0.02 +
+    // its worst case + 0.05), but the day's charges (0.12 + its worst case) do not.
+    let page = gw
+        .engine
+        .ledger
+        .requests(purser::ledger::audit::Filter::default(), 1, None)
+        .await
+        .unwrap();
+    let worst = m(&page.requests[0].worst_case);
+    let limit = m("0.07") + worst;
+    let (status, body) = gw
+        .reload(policy_set(
+            &gw.vendors,
+            "USD",
+            "hard",
+            &[day(&limit.to_string())],
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = gw.chat().await;
+    assert_eq!(
+        status, 402,
+        "0.12 spent today, the budget is {limit}: {body}"
+    );
+    assert_eq!(gw.vendors.calls("p"), 6);
+    let windows = gw.engine.ledger.stored_budgets().await.unwrap();
+    let w = windows.iter().find(|w| w.period == "day").unwrap();
+    assert_eq!(
+        w.spent,
+        m("0.12"),
+        "the day's charges, the budget-less ones too"
+    );
+    common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
+}
+
+#[tokio::test]
+async fn a_budget_removed_and_added_back_counts_what_was_spent_without_it_sqlite() {
+    a_budget_removed_and_added_back_counts_what_was_spent_without_it(Kind::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_budget_removed_and_added_back_counts_what_was_spent_without_it_postgres() {
+    a_budget_removed_and_added_back_counts_what_was_spent_without_it(Kind::Postgres).await;
+}
+
 fn new_request(id: &str, worst: &str) -> NewRequest {
     NewRequest {
         id: id.into(),

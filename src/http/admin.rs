@@ -50,6 +50,7 @@ pub async fn reload(
                     (StatusCode::UNPROCESSABLE_ENTITY, vec![e.to_string()])
                 }
                 ReloadError::Interrupted(_) => (StatusCode::INTERNAL_SERVER_ERROR, vec![]),
+                ReloadError::Ledger { .. } => (StatusCode::SERVICE_UNAVAILABLE, vec![]),
             };
             Ok((
                 status,

@@ -211,6 +211,19 @@ impl Ledger {
     }
 
     /// Operator settlement of an interrupted request: its charge becomes `cost`.
+    /// Budgets a reload adds (or adds back): their current windows start again from the
+    /// ledger (see `Op::ForgetWindows`).
+    pub async fn forget_windows(
+        &self,
+        windows: Vec<(String, crate::policy::plan::Period)>,
+        at: time::OffsetDateTime,
+    ) -> Result<(), LedgerError> {
+        if windows.is_empty() {
+            return Ok(());
+        }
+        self.call(Op::ForgetWindows { windows, at }).await
+    }
+
     pub async fn settle(&self, request_id: &str, cost: Money) -> Result<(), LedgerError> {
         self.call(Op::Settle {
             request_id: request_id.to_string(),

@@ -79,7 +79,7 @@ pub async fn start_tuned(
 ) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::Sqlite(dir.path().join("ledger.db"));
-    start_at(dir, db, docs, admin, tune).await
+    start_at(dir, db.clone(), db, docs, admin, tune).await
 }
 
 /// A gateway whose ledger is on `engine` (PostgreSQL: a fresh schema of its own), or
@@ -89,17 +89,36 @@ pub async fn start_on(
     test: &str,
     docs: impl FnOnce(&Vendors) -> Vec<String>,
 ) -> Option<Gateway> {
+    start_on_via(engine, test, docs, str::to_string).await
+}
+
+/// As `start_on`, with the gateway reaching a PostgreSQL ledger at `via(url)` (a fault
+/// proxy in front of the server); the test itself reads the ledger directly.
+pub async fn start_on_via(
+    engine: db::Engine,
+    test: &str,
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+    via: impl FnOnce(&str) -> String,
+) -> Option<Gateway> {
     let dir = tempfile::tempdir().unwrap();
-    let db = match engine {
-        db::Engine::Sqlite => Db::Sqlite(dir.path().join("ledger.db")),
-        db::Engine::Postgres => Db::Postgres(pg::fresh_schema(test).await?),
+    let (db, reached) = match engine {
+        db::Engine::Sqlite => {
+            let db = Db::Sqlite(dir.path().join("ledger.db"));
+            (db.clone(), db)
+        }
+        db::Engine::Postgres => {
+            let url = pg::fresh_schema(test).await?;
+            let reached = Db::Postgres(via(&url));
+            (Db::Postgres(url), reached)
+        }
     };
-    Some(start_at(dir, db, docs, Some(ADMIN), |_| {}).await)
+    Some(start_at(dir, db, reached, docs, Some(ADMIN), |_| {}).await)
 }
 
 async fn start_at(
     dir: tempfile::TempDir,
     ledger_db: Db,
+    reached: Db,
     docs: impl FnOnce(&Vendors) -> Vec<String>,
     admin: Option<&str>,
     tune: impl FnOnce(&mut purser::http::Options),
@@ -117,7 +136,7 @@ async fn start_at(
         replica: Some("test-replica".into()),
         ..Options::default()
     };
-    let (ledger, _) = Ledger::open_at(&ledger_db.target(), options).await.unwrap();
+    let (ledger, _) = Ledger::open_at(&reached.target(), options).await.unwrap();
     let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

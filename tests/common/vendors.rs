@@ -61,6 +61,37 @@ pub enum Script {
     /// Wait for a permit from this gate (the test adds them), then answer normally:
     /// holds calls at the vendor for as long as a test needs, measured by nothing.
     Hold(Arc<tokio::sync::Semaphore>),
+    /// The normal answer, content and usage included, ended by the vendor's own
+    /// content filter (OpenAI `content_filter`, Anthropic `refusal`, Gemini `SAFETY`).
+    FilterAfterContent,
+    /// A stream whose first delta is reasoning (`reasoning_content`), then the normal
+    /// stream; a plain answer is the normal one.
+    ReasoningFirst,
+}
+
+/// The vendor's own finish reason for a filtered answer, in place of a normal one.
+fn filtered(api: Api, text: &str) -> String {
+    match api {
+        Api::Openai => text.replace(
+            r#""finish_reason":"stop""#,
+            r#""finish_reason":"content_filter""#,
+        ),
+        Api::Anthropic => text.replace(r#""stop_reason":"end_turn""#, r#""stop_reason":"refusal""#),
+        Api::Gemini => text
+            .replace(r#""finishReason": "STOP""#, r#""finishReason": "SAFETY""#)
+            .replace(r#""finishReason":"STOP""#, r#""finishReason":"SAFETY""#),
+    }
+}
+
+/// OpenAI's reasoning models (o1, o3, o4-mini, gpt-5…) refuse `max_tokens`.
+fn reads_only_max_completion_tokens(model: &str) -> bool {
+    let m = model.rsplit('/').next().unwrap_or(model);
+    let mut c = m.chars();
+    (c.next() == Some('o') && c.next().is_some_and(|d| d.is_ascii_digit()))
+        || m.strip_prefix("gpt-")
+            .and_then(|r| r.chars().next())
+            .and_then(|d| d.to_digit(10))
+            .is_some_and(|d| d >= 5)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -350,6 +381,9 @@ async fn answer(
     model: String,
     stream: bool,
 ) -> Response {
+    let refuses_cap = matches!(api, Api::Openai)
+        && reads_only_max_completion_tokens(&model)
+        && body.get("max_tokens").is_some();
     let (script, batch) = v.take_batched(
         &provider,
         Call {
@@ -358,6 +392,12 @@ async fn answer(
             attempt,
         },
     );
+    if refuses_cap {
+        return json(
+            StatusCode::BAD_REQUEST,
+            r#"{"error":{"message":"Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.","type":"invalid_request_error","param":"max_tokens","code":"unsupported_parameter"}}"#.into(),
+        );
+    }
     let normal = |provider: &str, model: &str| {
         if stream {
             sse(batched(events(api, provider, model), batch), None, 0)
@@ -418,6 +458,29 @@ async fn answer(
             }
             normal(&provider, &model)
         }
+        Script::FilterAfterContent if stream => sse(
+            events(api, &provider, &model)
+                .into_iter()
+                .map(|e| filtered(api, &e))
+                .collect(),
+            None,
+            0,
+        ),
+        Script::FilterAfterContent => json(
+            StatusCode::OK,
+            filtered(
+                api,
+                &fixture(&format!("{}.json", api.name()), &provider, &model),
+            ),
+        ),
+        Script::ReasoningFirst if stream && matches!(api, Api::Openai) => {
+            let mut evs = vec![format!(
+                "data: {{\"id\":\"chatcmpl-r\",\"object\":\"chat.completion.chunk\",\"created\":1764547200,\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"reasoning_content\":\"Thinking it over.\"}},\"finish_reason\":null}}]}}\n\n"
+            )];
+            evs.extend(events(api, &provider, &model));
+            sse(evs, None, 0)
+        }
+        Script::ReasoningFirst => normal(&provider, &model),
     }
 }
 

@@ -244,7 +244,10 @@ impl<'a> Batch<'a> {
                     b.ended.push(at, r);
                 }
                 Op::Probe => b.probe = true,
-                Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. } => b.later.push(at),
+                Op::Settle { .. }
+                | Op::TopUp { .. }
+                | Op::Interrupt { .. }
+                | Op::ForgetWindows { .. } => b.later.push(at),
             }
         }
         b
@@ -265,7 +268,7 @@ pub enum Tx {
 pub fn reads_first(op: &Op) -> bool {
     matches!(
         op,
-        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. }
+        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. } | Op::ForgetWindows { .. }
     )
 }
 

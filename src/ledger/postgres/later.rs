@@ -28,6 +28,19 @@ pub async fn apply(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, 
             client.query_one(&st, &[request_id, reason]).await?;
             Ok(Ok(()))
         }
+        Op::ForgetWindows { windows, at } => {
+            // Dropped only when nothing is reserved in it (see `Op::ForgetWindows`).
+            for (policy, period) in windows {
+                let start = super::window::window_start_at(*period, *at);
+                client
+                    .execute(
+                        "DELETE FROM budget_windows WHERE policy = $1 AND period = $2 AND window_start = $3 AND reserved = 0",
+                        &[policy, &period.as_str(), &start],
+                    )
+                    .await?;
+            }
+            Ok(Ok(()))
+        }
         Op::Admit { .. }
         | Op::Refusal { .. }
         | Op::BeginAttempt(_)
@@ -154,6 +167,12 @@ async fn top_up(
             Some(_) => Err(LedgerError::NotInFlight(request_id.to_string())),
         });
     }
+    // Budgets the running plan has that the request holds nothing in (added since its
+    // admission): charged first, as spent (see `sqlite::ops::top_up`).
+    let charged = match charge_unheld(client, request_id, extra, limits).await? {
+        Ok(charged) => charged,
+        Err(e) => return Ok(Err(e)),
+    };
     let periods: Vec<&str> = limits.iter().map(|b| b.period.as_str()).collect();
     let amounts: Vec<Decimal> = limits.iter().map(|b| b.limit.decimal()).collect();
     let st = client.prepare_cached(sql::TOP_UP).await?;
@@ -162,6 +181,7 @@ async fn top_up(
         .await?;
     let found: bool = row.try_get(0)?;
     if !found {
+        uncharge(client, &charged, extra).await?;
         let st = client.prepare_cached(sql::OUTCOME).await?;
         return Ok(Err(match client.query_opt(&st, &[&request_id]).await? {
             None => LedgerError::UnknownRequest(request_id.to_string()),
@@ -176,6 +196,7 @@ async fn top_up(
     if raised > 0 || windows == 0 {
         return Ok(Ok(()));
     }
+    uncharge(client, &charged, extra).await?;
     if !took.is_empty() {
         let st = client.prepare_cached(sql::UNRESERVE).await?;
         client
@@ -212,4 +233,89 @@ async fn top_up(
         remaining: limit.saturating_sub(spent + reserved),
         needed: extra,
     }))
+}
+
+/// Charge `extra` as spent to each window of `limits` the request holds nothing in,
+/// creating it from the ledger if need be; all or none. The windows charged, for undoing.
+async fn charge_unheld(
+    client: &Client,
+    request_id: &str,
+    extra: Money,
+    limits: &[BudgetLimit],
+) -> Result<Result<Vec<Charged>, LedgerError>, LedgerError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT policy, received_at, COALESCE(reserved_periods, '{}') FROM requests WHERE id = $1 AND outcome = 'in_flight'",
+            &[&request_id],
+        )
+        .await?
+    else {
+        // Unknown or no longer in flight: the top-up itself says which.
+        return Ok(Ok(Vec::new()));
+    };
+    let policy: String = row.try_get(0)?;
+    let received: OffsetDateTime = row.try_get(1)?;
+    let held: Vec<String> = row.try_get(2)?;
+    let mut charged: Vec<Charged> = Vec::new();
+    for b in limits
+        .iter()
+        .filter(|b| !held.iter().any(|p| p == b.period.as_str()))
+    {
+        let start = super::window::window_start_at(b.period, received);
+        let period = b.period.as_str().to_string();
+        client
+            .execute(
+                "INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
+                 VALUES ($1, $2, $3, $4, purser_charged($1, $2, $3), 0)
+                 ON CONFLICT (policy, period, window_start) DO NOTHING",
+                &[&policy, &period, &start, &dec(b.limit)],
+            )
+            .await?;
+        let took = client
+            .query_opt(
+                "UPDATE budget_windows SET spent = spent + $5, limit_amount = $4
+                 WHERE policy = $1 AND period = $2 AND window_start = $3
+                   AND spent + reserved + $5 <= $4
+                 RETURNING 1",
+                &[&policy, &period, &start, &dec(b.limit), &dec(extra)],
+            )
+            .await?;
+        if took.is_none() {
+            let w = client
+                .query_one(
+                    "SELECT spent, reserved FROM budget_windows WHERE policy = $1 AND period = $2 AND window_start = $3",
+                    &[&policy, &period, &start],
+                )
+                .await?;
+            let (spent, reserved) = (Money::new(w.try_get(0)?), Money::new(w.try_get(1)?));
+            uncharge(client, &charged, extra).await?;
+            return Ok(Err(LedgerError::BudgetExhausted {
+                policy,
+                period: b.period.as_str(),
+                limit: b.limit,
+                spent,
+                reserved,
+                remaining: b.limit.saturating_sub(spent + reserved),
+                needed: extra,
+            }));
+        }
+        charged.push((policy.clone(), period, start));
+    }
+    Ok(Ok(charged))
+}
+
+/// A window `charge_unheld` charged: policy, period, start.
+type Charged = (String, String, OffsetDateTime);
+
+/// Give back what `charge_unheld` charged, when the top-up is refused after all.
+async fn uncharge(client: &Client, charged: &[Charged], extra: Money) -> Result<(), LedgerError> {
+    for (policy, period, start) in charged {
+        client
+            .execute(
+                "UPDATE budget_windows SET spent = spent - $4 WHERE policy = $1 AND period = $2 AND window_start = $3",
+                &[policy, period, start, &dec(extra)],
+            )
+            .await?;
+    }
+    Ok(())
 }

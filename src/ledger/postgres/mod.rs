@@ -176,6 +176,7 @@ impl Store {
                 | Op::Finish(..)
                 | Op::Settle { .. }
                 | Op::Interrupt { .. }
+                | Op::ForgetWindows { .. }
                 | Op::Probe => {}
             }
         }

@@ -35,6 +35,7 @@ pub(super) fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<()
             limits,
         } => top_up(tx, books, request_id, *extra, limits),
         Op::Interrupt { request_id, reason } => interrupt(tx, books, request_id, reason),
+        Op::ForgetWindows { windows, at } => forget_windows(tx, books, windows, *at),
         Op::Probe => {
             tx.prepare_cached("INSERT INTO liveness (id, at) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET at = excluded.at")?
                 .execute(params![rfc3339(time::OffsetDateTime::now_utc())])?;
@@ -377,21 +378,31 @@ fn top_up(
             }
         }
     };
-    let Some(mut h) = held else {
-        return Ok(());
+    let restore = |books: &mut Books, h: Option<Holding>| {
+        if let Some(h) = h {
+            books.held.insert(request_id.to_string(), h);
+        }
     };
-    if !extra.is_positive() || h.interrupted {
-        books.held.insert(request_id.to_string(), h);
+    if !extra.is_positive() || held.as_ref().is_some_and(|h| h.interrupted) {
+        restore(books, held);
         return Ok(());
     }
-    // Check every window first: a refusal must leave all of them as they were.
-    let mut refusal = None;
-    for key in &h.windows {
-        let Some(limit) = limits
+    let held_keys: Vec<WindowKey> = held.as_ref().map_or_else(Vec::new, |h| h.windows.clone());
+    // Budgets the running plan has that the request holds nothing in (added since its
+    // admission): their window counts the request at what it held when it was created
+    // from the ledger, so the extra is charged there as spent (the request never
+    // settles into it) and spent still covers all the request can cost.
+    let unheld = unheld_windows(tx, request_id, &held_keys, limits)?;
+    let limit_of = |key: &WindowKey| {
+        limits
             .iter()
             .find(|b| b.period == key.period)
             .map(|b| b.limit)
-        else {
+    };
+    // Check every window first: a refusal must leave all of them as they were.
+    let mut refusal = None;
+    for key in held_keys.iter().chain(&unheld) {
+        let Some(limit) = limit_of(key) else {
             continue;
         };
         let w = books.window(tx, key)?;
@@ -413,9 +424,17 @@ fn top_up(
         }
     }
     if let Some(e) = refusal {
-        books.held.insert(request_id.to_string(), h);
+        restore(books, held);
         return Err(e);
     }
+    for key in &unheld {
+        let w = books.window(tx, key)?;
+        w.spent = w.spent + extra;
+        w.dirty = true;
+    }
+    let Some(mut h) = held else {
+        return Ok(());
+    };
     for key in &h.windows {
         let w = books.window(tx, key)?;
         w.reserved = w.reserved + extra;
@@ -426,6 +445,41 @@ fn top_up(
         .execute(params![request_id, h.amount.to_string()])?;
     books.held.insert(request_id.to_string(), h);
     Ok(())
+}
+
+/// The windows of `limits` that the request holds nothing in, keyed by its policy and
+/// the time it was received.
+fn unheld_windows(
+    tx: &Connection,
+    request_id: &str,
+    held: &[WindowKey],
+    limits: &[BudgetLimit],
+) -> Result<Vec<WindowKey>, LedgerError> {
+    if limits
+        .iter()
+        .all(|b| held.iter().any(|k| k.period == b.period))
+    {
+        return Ok(Vec::new());
+    }
+    let (policy, received_ms): (String, i64) = tx
+        .prepare_cached("SELECT policy, received_ms FROM requests WHERE id = ?1")?
+        .query_row(params![request_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let received =
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(received_ms) * 1_000_000)
+            .map_err(|e| {
+                LedgerError::Corrupt(format!(
+                    "request {request_id} received at {received_ms} ms: {e}"
+                ))
+            })?;
+    Ok(limits
+        .iter()
+        .filter(|b| !held.iter().any(|k| k.period == b.period))
+        .map(|b| WindowKey {
+            policy: policy.clone(),
+            period: b.period,
+            start: window_start(b.period, received),
+        })
+        .collect())
 }
 
 /// A period as stored in `reserved_in`.
@@ -482,6 +536,38 @@ fn interrupt(
             w.spent = w.spent + charged;
             w.dirty = true;
         }
+    }
+    Ok(())
+}
+
+/// Drop the current window of each re-added budget when nothing is reserved in it
+/// (see `Op::ForgetWindows`); one still holding a reservation is kept, and logged.
+fn forget_windows(
+    tx: &Connection,
+    books: &mut Books,
+    windows: &[(String, Period)],
+    at: time::OffsetDateTime,
+) -> Result<(), LedgerError> {
+    for (policy, period) in windows {
+        let key = WindowKey {
+            policy: policy.clone(),
+            period: *period,
+            start: window_start(*period, at),
+        };
+        let reserved: Option<String> = tx
+            .prepare_cached("SELECT reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .query_row(params![key.policy, key.period.as_str(), key.start], |r| r.get(0))
+            .optional()?;
+        let Some(reserved) = reserved else { continue };
+        if money_col(reserved)?.is_positive() {
+            tracing::warn!(policy = %key.policy, period = key.period.as_str(), "a re-added budget's window still holds reservations: kept as it is");
+            continue;
+        }
+        tx.prepare_cached(
+            "DELETE FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
+        )?
+        .execute(params![key.policy, key.period.as_str(), key.start])?;
+        books.windows.remove(&key);
     }
     Ok(())
 }
