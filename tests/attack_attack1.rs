@@ -529,3 +529,40 @@ async fn what_is_sent_is_counted_whatever_its_shape() {
     let _ = LOOSE;
     settle(&g).await;
 }
+
+/// HOLE (promise 1). The bound counts a string at its UTF-8 bytes ("escapes would only
+/// add"), but where the vendor renders a structure as JSON text (a tool's schema and
+/// description through a chat template's `tojson`, Anthropic's and OpenAI's tool
+/// rendering, Gemini's function declarations, `response_format` schemas), the escapes
+/// ARE the text it tokenises. JSON must escape U+0000–U+001F: each such character is
+/// one byte counted and six bytes (`\u0001`) rendered, two or three tokens. 150,000 of
+/// them in a tool description are counted as ~150k tokens and rendered as 900 kB;
+/// the body purser itself sends is 900 kB, so its own check "the bound is at least the
+/// serialised body" (`bound::tests::the_bound_covers_the_prepared_body`) fails.
+#[tokio::test]
+#[ignore = "hole: bound::json_len counts control characters at 1 byte; serialised (and rendered) they are 6"]
+async fn escaped_control_characters_are_counted_as_sent() {
+    let g = gateway().await;
+    let description: String = "\u{1}".repeat(150_000);
+    let body = ask(
+        "m",
+        json!("call f"),
+        json!({"tools": [{"type": "function", "function": {"name": "f", "description": description,
+            "parameters": {"type": "object", "properties": {}}}}]}),
+    );
+    let (status, v, h) = post(&g, HARD, body).await;
+    if status != 200 {
+        return; // refused: the attack failed
+    }
+    let r = request(&g, &h);
+    let sent = serde_json::to_string(&last_sent(&g, "oa")).unwrap().len() as u64;
+    // Input and output both at 1/M: the worst case in tokens is 1e6 × worst_case; the
+    // output side is the 100-token cap.
+    let counted = dec(&r.worst_case) * dec("1000000") - dec("100");
+    assert!(
+        counted >= rust_decimal::Decimal::from(sent),
+        "the body sent is {sent} bytes of JSON; the bound counted {counted} tokens (worst case {} under a 0.2 ceiling)",
+        r.worst_case
+    );
+    settle(&g).await;
+}
