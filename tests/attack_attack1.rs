@@ -566,3 +566,52 @@ async fn escaped_control_characters_are_counted_as_sent() {
     );
     settle(&g).await;
 }
+
+/// HOLE (promise 1, found by reading; the token count depends on the vendor's template
+/// and tokenizer). The bound counts a tool schema at its compact JSON bytes. Chat
+/// templates of OpenAI-compatible servers render tools with `tojson(indent=4)`
+/// (Llama 3.1 and 3.3's template does), which adds a newline and 4 × depth spaces per
+/// nested value: indentation grows with the square of the depth. A 110-deep array in a
+/// schema's `examples` is ~330 bytes compact and ~48 kB rendered; 250 of them fit a
+/// 0.2 ceiling counted compact and render to ~12 MB (≥ 750k tokens even at one token
+/// per 16 spaces). Purser accepts any depth serde_json parses (128).
+#[tokio::test]
+#[ignore = "hole: bound::json_len counts schemas compact; templates render them indented (quadratic in depth), nesting is unbounded"]
+async fn deeply_nested_schemas_are_bounded_as_rendered() {
+    let g = gateway().await;
+    let mut deep = json!(1);
+    for _ in 0..110 {
+        deep = json!([deep]);
+    }
+    let properties: serde_json::Map<String, Value> = (0..250)
+        .map(|i| {
+            (
+                format!("p{i}"),
+                json!({"type": "array", "examples": deep.clone()}),
+            )
+        })
+        .collect();
+    let tools = json!([{"type": "function", "function": {"name": "f",
+        "parameters": {"type": "object", "properties": properties}}}]);
+    let (status, v, h) = post(&g, HARD, ask("m", json!("call f"), json!({"tools": tools}))).await;
+    if status != 200 {
+        return; // refused: the attack failed
+    }
+    let r = request(&g, &h);
+    let sent = last_sent(&g, "oa")["tools"].clone();
+    // The tools as Llama 3.1's template renders them: `tojson(indent=4)`.
+    let mut rendered = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(
+        &mut rendered,
+        serde_json::ser::PrettyFormatter::with_indent(b"    "),
+    );
+    serde::Serialize::serialize(&sent, &mut ser).unwrap();
+    let counted = dec(&r.worst_case) * dec("1000000") - dec("100");
+    assert!(
+        counted >= rust_decimal::Decimal::from(rendered.len() as u64 / 16),
+        "tools rendered with indent 4 are {} bytes; the bound counted {counted} tokens for the whole request (worst case {})",
+        rendered.len(),
+        r.worst_case
+    );
+    settle(&g).await;
+}
