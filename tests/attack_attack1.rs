@@ -705,3 +705,45 @@ async fn an_unset_service_tier_is_pinned_to_the_rates_the_proof_used() {
     );
     settle(&g).await;
 }
+
+/// Attacks on usage readings that FAILED: a completion count that is negative, a
+/// string, a float or missing is not read as a count, so the output is charged at its
+/// bound (cost basis `worst_case`), never at 0; a total above prompt + completion is
+/// read as output.
+#[tokio::test]
+async fn usage_figures_of_the_wrong_type_are_charged_at_the_bound() {
+    let g = gateway().await;
+    let answer = |usage: Value| {
+        Script::Status(
+            200,
+            json!({"id": "chatcmpl-u", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": usage})
+            .to_string(),
+        )
+    };
+    let odd = [
+        json!({"prompt_tokens": 20, "completion_tokens": -5}),
+        json!({"prompt_tokens": 20, "completion_tokens": "100"}),
+        json!({"prompt_tokens": 20, "completion_tokens": 1.5}),
+        json!({"prompt_tokens": 20}),
+    ];
+    g.vendors
+        .script("oa", odd.iter().cloned().map(answer).collect());
+    for u in &odd {
+        let (status, v, h) = post(&g, HARD, ask("m", json!("hi"), json!({}))).await;
+        assert_eq!(status, 200, "{v}");
+        let a = request(&g, &h).attempts[0].clone();
+        assert_eq!(a.cost_basis.as_deref(), Some("worst_case"), "{u}: {a:?}");
+        assert!(dec(&a.cost) >= dec("0.0001"), "{u}: {}", a.cost);
+    }
+    g.vendors.script(
+        "oa",
+        vec![answer(
+            json!({"prompt_tokens": 20, "completion_tokens": 0, "total_tokens": 90}),
+        )],
+    );
+    let (_, _, h) = post(&g, HARD, ask("m", json!("hi"), json!({}))).await;
+    assert_eq!(request(&g, &h).attempts[0].output_tokens, Some(70));
+    settle(&g).await;
+}
