@@ -550,7 +550,7 @@ async fn escaped_control_characters_are_counted_as_sent() {
         json!({"tools": [{"type": "function", "function": {"name": "f", "description": description,
             "parameters": {"type": "object", "properties": {}}}}]}),
     );
-    let (status, v, h) = post(&g, HARD, body).await;
+    let (status, _, h) = post(&g, HARD, body).await;
     if status != 200 {
         return; // refused: the attack failed
     }
@@ -593,7 +593,7 @@ async fn deeply_nested_schemas_are_bounded_as_rendered() {
         .collect();
     let tools = json!([{"type": "function", "function": {"name": "f",
         "parameters": {"type": "object", "properties": properties}}}]);
-    let (status, v, h) = post(&g, HARD, ask("m", json!("call f"), json!({"tools": tools}))).await;
+    let (status, _, h) = post(&g, HARD, ask("m", json!("call f"), json!({"tools": tools}))).await;
     if status != 200 {
         return; // refused: the attack failed
     }
