@@ -747,3 +747,77 @@ async fn usage_figures_of_the_wrong_type_are_charged_at_the_bound() {
     assert_eq!(request(&g, &h).attempts[0].output_tokens, Some(70));
     settle(&g).await;
 }
+
+/// HOLE (promise 3, a vendor inconsistency read at the smaller figure). Anthropic's
+/// `cache_creation.ephemeral_1h_input_tokens` is a part of `cache_creation_input_tokens`;
+/// a part larger than its total implies the total is at least the part. `charge` keeps
+/// the part as reported but subtracts it from an input total that never included it
+/// (`plain = total − (reads + short + long)`, saturating), so the 1,000 uncached input
+/// tokens vanish: the input is read at 1,000 although the figures imply 6,000.
+#[tokio::test]
+#[ignore = "hole: pricing::charge subtracts a 1-hour write count larger than the write total from the plain input"]
+async fn a_cache_write_part_larger_than_its_total_does_not_erase_plain_input() {
+    let g = gateway().await;
+    g.vendors.script(
+        "an",
+        vec![Script::Status(
+            200,
+            json!({"id": "msg_w", "type": "message", "role": "assistant", "model": "c",
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+                "usage": {"input_tokens": 1000, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                          "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 5000},
+                          "output_tokens": 10}})
+            .to_string(),
+        )],
+    );
+    let (status, v, h) = post(&g, HARD, ask("c", json!("p".repeat(7000)), json!({}))).await;
+    assert_eq!(status, 200, "{v}");
+    let a = request(&g, &h).attempts[0].clone();
+    // 1,000 plain at 3/M, 5,000 1-hour writes at the 2 × input stand-in (no write rate
+    // is listed), 10 out at 15/M: 0.003 + 0.03 + 0.00015.
+    assert!(
+        a.input_tokens.unwrap_or(0) >= 6000 && dec(&a.cost) >= dec("0.03315"),
+        "booked {:?} input tokens at {} ({:?})",
+        a.input_tokens,
+        a.cost,
+        a.cost_basis
+    );
+    settle(&g).await;
+}
+
+/// HOLE (promise 3), Gemini's form of the OpenAI one: the translator keeps only the
+/// latest `usageMetadata`; a closing chunk whose metadata is smaller than an earlier
+/// one (a relay that re-sends a partial block after the finish) lowers the reading.
+#[tokio::test]
+#[ignore = "hole: ChunkTranslator::gemini keeps the latest usageMetadata, not the largest reading"]
+async fn gemini_stream_a_later_usage_block_cannot_lower_the_reading() {
+    let g = gateway().await;
+    let chunk = |v: Value| format!("data: {v}");
+    g.vendors.script(
+        "ge",
+        vec![Script::StreamPieces(sse(&[
+            chunk(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hello"}]}, "index": 0}],
+                "usageMetadata": {"promptTokenCount": 4000, "candidatesTokenCount": 1, "totalTokenCount": 4001}})),
+            chunk(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": " there"}]}, "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": 4000, "candidatesTokenCount": 90, "totalTokenCount": 4090}})),
+            chunk(json!({"usageMetadata": {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0}})),
+        ]))],
+    );
+    let (status, text, h) = post(
+        &g,
+        HARD,
+        ask("gfl", json!("p".repeat(5000)), json!({"stream": true})),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    quiesce(&g.db, 10).await;
+    let a = request(&g, &h).attempts[0].clone();
+    assert!(
+        a.input_tokens.unwrap_or(0) >= 4000 && a.output_tokens.unwrap_or(0) >= 90,
+        "the vendor reported 4,000 in / 90 out, then zeros: booked {:?} / {:?} at {}",
+        a.input_tokens,
+        a.output_tokens,
+        a.cost
+    );
+    settle(&g).await;
+}
