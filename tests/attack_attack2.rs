@@ -667,6 +667,13 @@ async fn a_client_gone_before_a_failover_leaves_the_books_whole(e: Engine) {
         .send()
         .await;
     drop(r);
+    // The client gave up after 30 ms; under load the request may not be admitted yet.
+    for _ in 0..500 {
+        if g.ledger_db.count("SELECT COUNT(*) FROM requests").await > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     quiesce_on(&g.ledger_db, 10).await;
     assert_eq!(g.vendors.calls("an"), 1);
     invariants(&g).await;
