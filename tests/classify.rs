@@ -529,6 +529,48 @@ fn the_held_out_fifth_is_chosen_by_hash_and_classified_right() {
     assert!(accuracy >= 97.0, "{accuracy:.1}%:\n{}", wrong.join("\n"));
 }
 
+/// The second round of issue 21 (`"round": 2`): cases added after the first held-out
+/// fifth had been seen and fixed, so the first fifth is no longer a clean measure. The
+/// same hash rule picked this round's held-out cases before any of them was classified;
+/// only the rest were looked at while tuning. Reported apart from the first round.
+#[test]
+fn the_second_round_held_out_is_reported_apart() {
+    let round2: Vec<Value> = issue21().into_iter().filter(|c| c["round"] == 2).collect();
+    let (mut right, mut total, mut refusals, mut refusals_right) = (0, 0, 0, 0);
+    let mut wrong = vec![];
+    for c in &round2 {
+        let id = c["id"].as_str().unwrap();
+        assert_eq!(c["held_out"], held_out_by_hash(id), "{id}");
+        // A second-round case is only ever a verbatim body: that is why it was added.
+        assert_eq!(c["reconstructed"], false, "{id}");
+        if !held_out_by_hash(id) {
+            continue;
+        }
+        total += 1;
+        let (class, signal) = got(c);
+        if class == c["expected_class"] {
+            right += 1;
+        } else {
+            wrong.push(format!("{id}: {class} by {signal}"));
+        }
+        if c["expected_class"] == "content_refusal" {
+            refusals += 1;
+            refusals_right += usize::from(class == "content_refusal");
+        }
+    }
+    println!(
+        "round 2 held out: {right} of {total}, refusals {refusals_right} of {refusals}; {} cases in the round",
+        round2.len()
+    );
+    assert!(total >= 1, "no second-round case is held out");
+    assert_eq!(refusals_right, refusals, "{}", wrong.join("\n"));
+    assert!(
+        100.0 * right as f64 / total as f64 >= 97.0,
+        "{right} of {total}:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_issue_21_corpus_is_real_sourced_and_broad() {
     let cases = issue21();
