@@ -570,6 +570,13 @@ const PROSE: &[Rule] = &[
         P::Has("`inputs` tokens + `max_new_tokens`"),
         C::ContextLength,
     ),
+    // Hugging Face tokenizers' sentence, passed through by a vLLM server behind envoy
+    // as a (broken) JSON body: the input is over the model's maximum.
+    r(
+        F::Message,
+        P::Has("longer than the specified maximum sequence length"),
+        C::ContextLength,
+    ),
     // The model is not there.
     r(
         F::Message,
@@ -603,6 +610,19 @@ const PROSE: &[Rule] = &[
     r(
         F::Message,
         P::Has("no endpoints available"),
+        C::ModelNotFound,
+    ),
+    // OpenRouter: the account's provider allow-list leaves no one to serve the model.
+    r(
+        F::Message,
+        P::Has("no allowed providers"),
+        C::ModelNotFound,
+    ),
+    // Google's Code Assist (cloudcode) under INVALID_ARGUMENT: "You don't have access
+    // to this model or the model name is invalid" names the model, not the request.
+    r(
+        F::Message,
+        P::Has("model name is invalid"),
         C::ModelNotFound,
     ),
     // Vertex: a partner model not enabled for this project.
@@ -905,6 +925,15 @@ const CODE_WORDS: &[Rule] = &[
         P::Word("model_deprecated"),
         C::ModelNotFound,
         DOC_OPENAI,
+    ),
+    // GitHub Copilot's 400 for a model the account may not use: the code names the
+    // model, so it outranks the bare `not_supported` below (rank: model before
+    // malformed).
+    s(
+        F::AnyCode,
+        P::Word("model_not_supported"),
+        C::ModelNotFound,
+        "https://github.com/microsoft/vscode-copilot-release/issues/10115 (Copilot's answer)",
     ),
     // Provider faults that name themselves.
     s(F::AnyCode, P::Word("overloaded"), C::Overloaded, DOC_OPENAI),
