@@ -600,7 +600,10 @@ fn the_second_round_held_out_misses_are_fixed_after_the_measure() {
             "gemini-cli-404-requested-entity-not-found-invalid-model",
             "model_not_found",
         ),
-        ("nvidia-nim-404-function-not-found-for-account", "model_not_found"),
+        (
+            "nvidia-nim-404-function-not-found-for-account",
+            "model_not_found",
+        ),
     ];
     let cases = cases();
     for (id, want) in named {
@@ -621,10 +624,22 @@ fn the_second_round_held_out_misses_are_fixed_after_the_measure() {
 #[test]
 fn the_third_round_tuning_misses_come_out_right() {
     let named = [
-        ("github-copilot-400-requested-model-not-supported", "model_not_found"),
-        ("openrouter-404-no-allowed-providers-for-model", "model_not_found"),
-        ("cloudcode-400-no-access-to-model-antigravity2api", "model_not_found"),
-        ("envoy-400-token-indices-longer-than-max-sequence", "context_length"),
+        (
+            "github-copilot-400-requested-model-not-supported",
+            "model_not_found",
+        ),
+        (
+            "openrouter-404-no-allowed-providers-for-model",
+            "model_not_found",
+        ),
+        (
+            "cloudcode-400-no-access-to-model-antigravity2api",
+            "model_not_found",
+        ),
+        (
+            "envoy-400-token-indices-longer-than-max-sequence",
+            "context_length",
+        ),
     ];
     let cases = cases();
     for (id, want) in named {

@@ -632,11 +632,7 @@ const PROSE: &[Rule] = &[
         "https://github.com/Alishahryar1/free-claude-code/issues/956 (NVIDIA's answer)",
     ),
     // OpenRouter: the account's provider allow-list leaves no one to serve the model.
-    r(
-        F::Message,
-        P::Has("no allowed providers"),
-        C::ModelNotFound,
-    ),
+    r(F::Message, P::Has("no allowed providers"), C::ModelNotFound),
     // Google's Code Assist (cloudcode) under INVALID_ARGUMENT: "You don't have access
     // to this model or the model name is invalid" names the model, not the request.
     r(
