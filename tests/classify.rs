@@ -529,6 +529,130 @@ fn the_held_out_fifth_is_chosen_by_hash_and_classified_right() {
     assert!(accuracy >= 97.0, "{accuracy:.1}%:\n{}", wrong.join("\n"));
 }
 
+/// A later round of issue 21 (`"round": n`): cases added after the first held-out
+/// fifth had been seen and fixed, so the first fifth is no longer a clean measure. The
+/// same hash rule picked each round's held-out cases before any of them was classified;
+/// only the rest were looked at while tuning. Each round is reported apart. The figure
+/// each round's held-out cases gave when first measured, before any fix, is in the
+/// commit that added the round and in `error-corpus.README.md`.
+fn round_held_out(round: u64) -> (usize, usize, usize, usize, Vec<String>) {
+    let cases: Vec<Value> = issue21()
+        .into_iter()
+        .filter(|c| c["round"] == round)
+        .collect();
+    let (mut right, mut total, mut refusals, mut refusals_right) = (0, 0, 0, 0);
+    let mut wrong = vec![];
+    for c in &cases {
+        let id = c["id"].as_str().unwrap();
+        assert_eq!(c["held_out"], held_out_by_hash(id), "{id}");
+        // A later-round case is only ever a verbatim body: that is why it was added.
+        assert_eq!(c["reconstructed"], false, "{id}");
+        if !held_out_by_hash(id) {
+            continue;
+        }
+        total += 1;
+        let (class, signal) = got(c);
+        if class == c["expected_class"] {
+            right += 1;
+        } else {
+            wrong.push(format!("{id}: {class} by {signal}"));
+        }
+        if c["expected_class"] == "content_refusal" {
+            refusals += 1;
+            refusals_right += usize::from(class == "content_refusal");
+        }
+    }
+    println!(
+        "round {round} held out: {right} of {total}, refusals {refusals_right} of {refusals}; {} cases in the round",
+        cases.len()
+    );
+    (right, total, refusals, refusals_right, wrong)
+}
+
+fn assert_round_held_out(round: u64) {
+    let (right, total, refusals, refusals_right, wrong) = round_held_out(round);
+    assert!(total >= 1, "no round-{round} case is held out");
+    assert_eq!(refusals_right, refusals, "{}", wrong.join("\n"));
+    assert!(
+        100.0 * right as f64 / total as f64 >= 97.0,
+        "{right} of {total}:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_second_round_held_out_is_reported_apart() {
+    assert_round_held_out(2);
+}
+
+#[test]
+fn the_third_round_held_out_is_reported_apart() {
+    assert_round_held_out(3);
+}
+
+/// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any
+/// fix): fixed afterwards, so round 2's held-out figure is no longer clean. Google's
+/// NOT_FOUND on a generate call and NVIDIA's NVCF "Not found for account".
+#[test]
+fn the_second_round_held_out_misses_are_fixed_after_the_measure() {
+    let named = [
+        (
+            "gemini-cli-404-requested-entity-not-found-invalid-model",
+            "model_not_found",
+        ),
+        (
+            "nvidia-nim-404-function-not-found-for-account",
+            "model_not_found",
+        ),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], true, "{id}");
+        assert_eq!(c["round"], 2, "{id}");
+        assert_eq!(got(c).0, want, "{id}");
+    }
+}
+
+/// The third round's tuning cases the rules missed before it (the held-out ones were
+/// not looked at): Copilot's `model_not_supported`, OpenRouter's "no allowed providers",
+/// cloudcode's "model name is invalid" under INVALID_ARGUMENT, and a tokenizer's
+/// over-length sentence in a body that is not even JSON.
+#[test]
+fn the_third_round_tuning_misses_come_out_right() {
+    let named = [
+        (
+            "github-copilot-400-requested-model-not-supported",
+            "model_not_found",
+        ),
+        (
+            "openrouter-404-no-allowed-providers-for-model",
+            "model_not_found",
+        ),
+        (
+            "cloudcode-400-no-access-to-model-antigravity2api",
+            "model_not_found",
+        ),
+        (
+            "envoy-400-token-indices-longer-than-max-sequence",
+            "context_length",
+        ),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["expected_class"], want, "{id}");
+        assert_eq!(got(c).0, want, "{id}");
+    }
+}
+
 #[test]
 fn the_issue_21_corpus_is_real_sourced_and_broad() {
     let cases = issue21();
