@@ -111,6 +111,9 @@ pub enum Why {
     ClientSideClass,
     CredentialRotated,
     CredentialUnchanged,
+    /// The credential rotated, but the failed call may have been billed: sending it
+    /// again would make a second potentially billable call on the same reservation.
+    RetryMayBillTwice,
     AlreadyRetried,
     NoAlternate,
     AlternateAlreadyUsed,
@@ -144,6 +147,7 @@ impl Decision {
             Why::ClientSideClass => format!("{c} is not the provider's fault: any other vendor would answer the same, so no further call is made"),
             Why::CredentialRotated => "auth failed and the credential source now yields a different key: retrying once with it".into(),
             Why::CredentialUnchanged => "auth failed and the credential is unchanged: no further call is made".into(),
+            Why::RetryMayBillTwice => "auth failed after an answer that may have been billed: a retry would bill twice on one reservation, so no further call is made".into(),
             Why::AlreadyRetried => format!("{c} after retrying with the rotated credential: no further call is made"),
             Why::NoAlternate => format!("{c} is provider-side, but the policy names no alternate for this model"),
             Why::AlternateAlreadyUsed => format!("{c} on the alternate: a request reaches at most two destinations"),
@@ -168,6 +172,10 @@ pub fn decide(class: FailureClass, ctx: &Context) -> Decision {
         FailureClass::Auth => {
             if ctx.already_retried {
                 d(Action::Refuse, Why::AlreadyRetried, class)
+            } else if ctx.billing != Billing::NotBilled {
+                // A 2xx auth error (a relay's): the call may have been billed, and the
+                // retry's worst case has no reservation of its own.
+                d(Action::Refuse, Why::RetryMayBillTwice, class)
             } else if ctx.credential_changed {
                 d(Action::RetrySame, Why::CredentialRotated, class)
             } else {

@@ -73,7 +73,7 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
     // The vendor picked the tier and did not say which: the dearest declared one is a
     // guess at what was billed.
     let guessed = tier == TierChoice::AnyDeclared && !dest.terms.service_tiers.is_empty();
-    let mut estimated = !rates.listed || guessed;
+    let mut estimated = !rates.listed || guessed || usage.unpriced;
     let input_cost = match usage.input {
         None => {
             missing = true;
@@ -201,6 +201,7 @@ mod tests {
             reasoning: None,
             cache_write_1h: Some(0),
             served_tier: None,
+            unpriced: false,
         }
     }
 
@@ -672,6 +673,7 @@ mod tests {
                     reasoning: keep(4, thoughts),
                     cache_write_1h: keep(5, written / 2),
                     served_tier: None,
+                    unpriced: false,
                 }
             })
     }
@@ -742,6 +744,7 @@ mod tests {
                 reasoning: u.reasoning,
                 cache_write_1h: u.cache_write_1h.or(Some(0)),
                 served_tier: None,
+                unpriced: false,
             };
             prop_assert_ne!(charge(&d, &complete, b).basis, CostBasis::WorstCase);
         }

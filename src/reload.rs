@@ -103,7 +103,7 @@ impl Reloader {
             .collect();
         self.engine
             .ledger
-            .forget_windows(added, self.engine.now())
+            .reseed_windows(added, self.engine.now())
             .await
             .map_err(|e| ReloadError::Ledger {
                 kept: running.id().to_string(),

@@ -661,7 +661,8 @@ async fn a_cut_stream_is_not_booked_at_a_running_usage_count() {
     );
     let a = request(&g, &h).attempts[0].clone();
     assert!(
-        a.output_tokens.is_none_or(|o| o >= 100) && a.cost_basis.as_deref() == Some("worst_case"),
+        a.output_tokens.is_none_or(|o| o >= 100)
+            && (a.cost_basis.as_deref() == Some("worst_case") || a.billing == "maybe_billed"),
         "a cut stream was booked at its running count: {:?} out, {} ({:?})",
         a.output_tokens,
         a.cost,

@@ -417,7 +417,7 @@ fn run(seed: u64, engine: Engine) {
         assert_eq!(refused, 0, "seed {seed}: a cap reached the reasoning model in a field it refuses");
         // Every stream read to its end: a complete one is exactly what its vendor
         // wrote; one ended by an error event holds a prefix of it.
-        let read = read.lock().unwrap();
+        let read: Vec<ReadToEnd> = std::mem::take(&mut *read.lock().unwrap());
         for r in read.iter() {
             let sent = format!("Hello from {}.", r.provider);
             if r.complete {

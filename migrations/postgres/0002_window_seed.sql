@@ -27,6 +27,9 @@ RETURNS numeric LANGUAGE sql STABLE AS $$
           AND q.policy = p_policy
           AND q.received_at >= p_start
           AND q.received_at < p_start + ('1 ' || p_period)::interval
+          -- A request in flight holding this window (one re-seeded by a reload) is in
+          -- `reserved`, and its settlement moves its charge to `spent`.
+          AND NOT (q.outcome = 'in_flight' AND p_period = ANY (COALESCE(q.reserved_periods, '{}')))
         GROUP BY q.id, q.outcome
     ) s
 $$;

@@ -133,6 +133,21 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
         }
     }
+    // A tool that runs on the vendor's side (web search, a browser, code execution:
+    // any type but a function the client runs) may bill per call beyond tokens.
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        for (i, t) in tools.iter().enumerate() {
+            if !matches!(
+                t.get("type").and_then(Value::as_str),
+                Some("function" | "custom")
+            ) {
+                unbounded.push((
+                    format!("tools[{i}]"),
+                    "a built-in tool runs on the vendor's side and may bill per call",
+                ));
+            }
+        }
+    }
     let tier = match obj.get("service_tier") {
         None | Some(Value::Null) => TierAsk::VendorPicks,
         Some(Value::String(t)) => match t.as_str() {

@@ -211,9 +211,9 @@ impl Ledger {
     }
 
     /// Operator settlement of an interrupted request: its charge becomes `cost`.
-    /// Budgets a reload adds (or adds back): their current windows start again from the
-    /// ledger (see `Op::ForgetWindows`).
-    pub async fn forget_windows(
+    /// Budgets a reload adds (or adds back): their current windows count again what the
+    /// ledger charges in them (see `Op::ReseedWindows`).
+    pub async fn reseed_windows(
         &self,
         windows: Vec<(String, crate::policy::plan::Period)>,
         at: time::OffsetDateTime,
@@ -221,7 +221,7 @@ impl Ledger {
         if windows.is_empty() {
             return Ok(());
         }
-        self.call(Op::ForgetWindows { windows, at }).await
+        self.call(Op::ReseedWindows { windows, at }).await
     }
 
     pub async fn settle(&self, request_id: &str, cost: Money) -> Result<(), LedgerError> {

@@ -36,11 +36,10 @@ pub enum Op {
         request_id: String,
         reason: String,
     },
-    /// Budgets a reload adds back: the current window of each (policy, period) is
-    /// dropped when nothing is reserved in it, so the next admission creates it again,
-    /// seeded from the ledger. A window kept while its budget was absent missed the
-    /// charges of that time (nothing reserved in it then).
-    ForgetWindows {
+    /// Budgets a reload adds (back): the current window of each (policy, period), if
+    /// it exists, has its `spent` counted again from the ledger. A window kept while its
+    /// budget was absent missed the charges of that time (nothing reserved in it then).
+    ReseedWindows {
         windows: Vec<(String, crate::policy::plan::Period)>,
         at: time::OffsetDateTime,
     },

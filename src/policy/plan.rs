@@ -473,9 +473,10 @@ impl Destination {
     /// cap (OpenAI's reasoning tokens are inside `max_completion_tokens`).
     /// - DeepSeek's reasoner (`deepseek-reasoner`, `deepseek-r1…`): its chain of thought
     ///   is outside `max_tokens` and up to 32K tokens (DeepSeek API docs, reasoning model).
-    /// - Gemini 2.5 and later (`gemini-2.5-…`, `gemini-3…`) think by default; purser
-    ///   sends this budget as `thinkingConfig.thinkingBudget` and counts it outside the
-    ///   cap: 8192. `gemini-2.5-flash-lite` does not think unless asked: none.
+    /// - Gemini 2.5 and later (`gemini-2.5-…`, `gemini-3…`, and aliases such as
+    ///   `gemini-flash-latest`) think by default; purser sends this budget as
+    ///   `thinkingConfig.thinkingBudget` and counts it outside the cap: 8192.
+    ///   `gemini-2.5-flash-lite` does not think unless asked, and 1.x / 2.0 never: none.
     pub fn reasoning_budget(&self) -> Option<u64> {
         if self.terms.reasoning_budget.is_some() {
             return self.terms.reasoning_budget;
@@ -487,13 +488,14 @@ impl Destination {
         if name.starts_with("gemini-2.5-flash-lite") {
             return None;
         }
-        let thinks = name.starts_with("gemini-2.5")
-            || name
-                .strip_prefix("gemini-")
-                .and_then(|v| v.split(['.', '-']).next())
-                .and_then(|major| major.parse::<u32>().ok())
-                .is_some_and(|major| major >= 3);
-        thinks.then_some(8_192)
+        // Every Gemini thinks unless it is of a generation known not to: an alias
+        // (`gemini-flash-latest`, `gemini-exp-…`) names a thinking model as often as
+        // not, and counting thinking that does not happen only makes the bound safe.
+        let known_not_to = name.starts_with("gemini-1.")
+            || name.starts_with("gemini-2.0")
+            || name.starts_with("gemini-pro") && !name.contains("latest")
+            || name.starts_with("gemini-ultra");
+        (name.starts_with("gemini-") && !known_not_to).then_some(8_192)
     }
 
     /// Exact cost of a call with these token counts at this destination's prices.

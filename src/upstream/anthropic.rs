@@ -189,7 +189,15 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
 /// a stream's placeholder count is dropped by the translator until the final one.
 pub fn usage(u: &Value) -> Usage {
     let read = count(u, "/cache_read_input_tokens");
-    let write = count(u, "/cache_creation_input_tokens");
+    // The writes at their largest reading: the total, or its split by lifetime where
+    // that says more (a relay that zeroes the total must not hide the parts).
+    let long = count(u, "/cache_creation/ephemeral_1h_input_tokens");
+    let short = count(u, "/cache_creation/ephemeral_5m_input_tokens");
+    let split = match (short, long) {
+        (None, None) => None,
+        (s, l) => Some(s.unwrap_or(0).saturating_add(l.unwrap_or(0))),
+    };
+    let write = super::largest([count(u, "/cache_creation_input_tokens"), split]);
     Usage {
         input: count(u, "/input_tokens").map(|n| {
             n.saturating_add(read.unwrap_or(0))
@@ -201,7 +209,12 @@ pub fn usage(u: &Value) -> Usage {
         // Extended thinking is inside output_tokens and not broken out.
         reasoning: None,
         // The split of writes by cache lifetime, where the answer gives it.
-        cache_write_1h: count(u, "/cache_creation/ephemeral_1h_input_tokens"),
+        cache_write_1h: long,
         served_tier: None,
+        // Server tools (web search, web fetch) bill per request beyond tokens.
+        unpriced: u
+            .get("server_tool_use")
+            .and_then(Value::as_object)
+            .is_some_and(|o| o.values().any(|v| v.as_u64().is_some_and(|n| n > 0))),
     }
 }

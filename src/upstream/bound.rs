@@ -314,7 +314,7 @@ fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value
     };
     let mut n = 2u64;
     for (k, v) in top {
-        n += k.len() as u64 + 4;
+        n += escaped_len(k) + 4;
         match (k == list, v) {
             (true, Value::Array(items)) => {
                 n += 2;
@@ -322,7 +322,7 @@ fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value
                     n += 1 + item_len(item, container, &media);
                 }
             }
-            _ => n += json_len(v),
+            _ => n += field_len(k, v),
         }
     }
     n
@@ -334,7 +334,7 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
     };
     let mut n = 2u64;
     for (k, v) in fields {
-        n += k.len() as u64 + 4;
+        n += escaped_len(k) + 4;
         match (k == container, v) {
             (true, Value::Array(parts)) => {
                 n += 2;
@@ -342,14 +342,18 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
                     n += 1 + if media(p) { 0 } else { json_len(p) };
                 }
             }
-            _ => n += json_len(v),
+            _ => n += field_len(k, v),
         }
     }
     n
 }
 
-/// Bytes of `v` as compact JSON, strings counted by their UTF-8 bytes plus quotes (no
-/// fewer than the text they carry; escapes would only add).
+/// Bytes of `v` as compact JSON. Text the model reads as text (a `content` or `text`
+/// string) counts by its UTF-8 bytes; every other string at its longest JSON
+/// rendering, because chat templates re-render structure (tool schemas, arguments,
+/// response formats) with `tojson`, which escapes control characters, HTML-sensitive
+/// characters and, by default, every non-ASCII character: what the tokenizer reads is
+/// those escapes, never fewer bytes.
 pub fn json_len(v: &Value) -> u64 {
     match v {
         Value::Null => 4,
@@ -362,15 +366,39 @@ pub fn json_len(v: &Value) -> u64 {
         }
         // Up to 20 digits, a sign, a point and an exponent: 24 is never short.
         Value::Number(_) => 24,
-        Value::String(s) => s.len() as u64 + 2,
+        Value::String(s) => escaped_len(s) + 2,
         Value::Array(a) => 2 + a.iter().map(|x| json_len(x) + 1).sum::<u64>(),
         Value::Object(o) => {
             2 + o
                 .iter()
-                .map(|(k, x)| k.len() as u64 + 4 + json_len(x))
+                .map(|(k, x)| escaped_len(k) + 4 + field_len(k, x))
                 .sum::<u64>()
         }
     }
+}
+
+/// The bytes of the value of field `k`: a `content` or `text` string is text the model
+/// reads as it is; anything else may be re-rendered as JSON (see `json_len`).
+fn field_len(k: &str, v: &Value) -> u64 {
+    match (k, v) {
+        ("content" | "text", Value::String(t)) => t.len() as u64 + 2,
+        _ => json_len(v),
+    }
+}
+
+/// The longest a string renders as inside JSON: `"` and `\` as two bytes; control
+/// characters and `<`, `>`, `&`, `'` (escaped by HTML-safe renderers) as six; any
+/// other non-ASCII character as a `\uXXXX` escape, twelve for one outside the BMP.
+fn escaped_len(s: &str) -> u64 {
+    s.chars()
+        .map(|c| match c {
+            '"' | '\\' => 2,
+            '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\'' => 6,
+            ' '..='~' => 1,
+            _ if c.len_utf16() == 2 => 12,
+            _ => 6,
+        })
+        .sum()
 }
 
 #[cfg(test)]

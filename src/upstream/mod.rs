@@ -132,6 +132,10 @@ pub struct Usage {
     /// The service tier the answer says it was served at (OpenAI `service_tier`).
     /// `None`: not said; the tier the request asked for is charged.
     pub served_tier: Option<ServedTier>,
+    /// The answer reports billed work in a class purser has no rate for (audio or
+    /// image tokens, predicted-output tokens, per-call server tools): priced at the
+    /// rates it has, and marked `estimated`.
+    pub unpriced: bool,
 }
 
 /// The service tier an answer says was served.
@@ -168,6 +172,22 @@ pub(crate) fn largest<const N: usize>(readings: [Option<u64>; N]) -> Option<u64>
 }
 
 impl Usage {
+    /// Two readings of one answer's usage (a stream may report it more than once):
+    /// each figure at its largest, so a later, smaller or zeroed report never lowers
+    /// what was billed. The served tier is the last one said.
+    pub fn largest(self, other: Usage) -> Usage {
+        Usage {
+            input: largest([self.input, other.input]),
+            cached_input: largest([self.cached_input, other.cached_input]),
+            cache_write: largest([self.cache_write, other.cache_write]),
+            output: largest([self.output, other.output]),
+            reasoning: largest([self.reasoning, other.reasoning]),
+            cache_write_1h: largest([self.cache_write_1h, other.cache_write_1h]),
+            served_tier: other.served_tier.or(self.served_tier),
+            unpriced: self.unpriced || other.unpriced,
+        }
+    }
+
     /// The client-facing usage block, in OpenAI's shape: `prompt_tokens` counts cached
     /// input and `completion_tokens` reasoning, with the parts in the `_details` OpenAI
     /// defines where the vendor reported them. A total the vendor did not report shows

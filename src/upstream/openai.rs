@@ -105,6 +105,21 @@ pub fn usage_block(u: &Value) -> Usage {
         output: super::largest([count(u, "/completion_tokens"), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
+        unpriced: unpriced_classes(u),
         ..Usage::default()
     }
+}
+
+/// Whether a usage block breaks out a non-zero count of a class purser does not price
+/// apart (anything in the `_details` but cached and reasoning tokens): a rule, so a
+/// class OpenAI adds next is caught too.
+fn unpriced_classes(u: &Value) -> bool {
+    ["prompt_tokens_details", "completion_tokens_details"]
+        .iter()
+        .filter_map(|d| u.get(*d).and_then(Value::as_object))
+        .flatten()
+        .any(|(k, v)| {
+            !matches!(k.as_str(), "cached_tokens" | "reasoning_tokens")
+                && v.as_u64().is_some_and(|n| n > 0)
+        })
 }

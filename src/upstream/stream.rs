@@ -128,17 +128,22 @@ pub struct ChunkTranslator {
     id: String,
     model: String,
     created: i64,
-    /// OpenAI: the usage chunk's figures (`Usage::default()` until it arrives).
+    /// OpenAI: every usage block seen, each figure at its largest
+    /// (`Usage::default()` until one arrives).
     usage: Usage,
+    /// OpenAI: a usage block arrived with or after the finish reason. Earlier blocks
+    /// are running counts (`stream_options.continuous_usage_stats`, a relay's early
+    /// usage-only chunk), whose output is no receipt until the stream ends whole.
+    openai_usage_final: bool,
     /// Anthropic: `message_start`'s usage with each `message_delta`'s laid over it
     /// (the delta's counts are cumulative and final; newer API versions repeat the
     /// input counts there too).
     anthropic_usage: serde_json::Map<String, Value>,
     /// Anthropic: a `message_delta` brought the final output count.
     anthropic_output_final: bool,
-    /// Gemini: the latest `usageMetadata`, and whether it came with or after the
-    /// finish reason (earlier ones are running counts).
-    gemini_usage: Option<(Value, bool)>,
+    /// Gemini: every `usageMetadata` read, each figure at its largest (a block before
+    /// the finish reason reads as a running count: its output is not final).
+    gemini_usage: Option<Usage>,
     /// Usage already read elsewhere (a complete answer replayed as a stream).
     known_usage: Option<Usage>,
     finish: Option<String>,
@@ -181,6 +186,7 @@ impl ChunkTranslator {
             model: dest.model.to_string(),
             created: time::OffsetDateTime::now_utc().unix_timestamp(),
             usage: Usage::default(),
+            openai_usage_final: false,
             anthropic_usage: serde_json::Map::new(),
             anthropic_output_final: false,
             gemini_usage: None,
@@ -211,7 +217,14 @@ impl ChunkTranslator {
             return u;
         }
         match self.api {
-            Api::Openai => self.usage,
+            // Final once it came with or after the finish reason, or once the stream
+            // ended whole (`[DONE]`) after it.
+            Api::Openai if self.openai_usage_final || self.ended => self.usage,
+            // Only running counts so far: the output is not known.
+            Api::Openai => Usage {
+                output: None,
+                ..self.usage
+            },
             Api::Anthropic => {
                 let mut u = Value::Object(self.anthropic_usage.clone());
                 if !self.anthropic_output_final {
@@ -222,12 +235,7 @@ impl ChunkTranslator {
                 }
                 super::anthropic::usage(&u)
             }
-            Api::Gemini => self
-                .gemini_usage
-                .as_ref()
-                .map_or_else(Usage::default, |(m, closing)| {
-                    super::gemini::usage(m, *closing)
-                }),
+            Api::Gemini => self.gemini_usage.unwrap_or_default(),
         }
     }
 
@@ -274,10 +282,16 @@ impl ChunkTranslator {
     }
 
     fn openai(&mut self, mut v: Value) -> Vec<Value> {
-        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
-            self.usage = super::openai::usage_block(u);
-        }
         let choices = v.get("choices").and_then(Value::as_array);
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            self.usage = self.usage.largest(super::openai::usage_block(u));
+            // With or after the finish reason; a usage-only chunk before it (a relay's
+            // running count) closes nothing.
+            let closes = self.finish.is_some()
+                || v.pointer("/choices/0/finish_reason")
+                    .is_some_and(|f| !f.is_null());
+            self.openai_usage_final |= closes;
+        }
         if choices.into_iter().flatten().any(|c| {
             c.get("delta")
                 .or_else(|| c.get("message"))
@@ -367,9 +381,25 @@ impl ChunkTranslator {
     /// sends them for classes it has nothing for) does not erase an earlier figure.
     fn merge_anthropic_usage(&mut self, u: Option<&Value>) {
         for (k, n) in u.and_then(Value::as_object).into_iter().flatten() {
-            // `cache_creation` splits the writes by cache lifetime (priced apart).
-            if n.is_u64() || (k == "cache_creation" && n.is_object()) {
-                self.anthropic_usage.insert(k.clone(), n.clone());
+            // Each count at its largest reading: a later event that repeats a count
+            // lower (or zeroed) never lowers what was billed. `cache_creation` splits
+            // the writes by cache lifetime (priced apart), merged the same way.
+            match (n, self.anthropic_usage.get_mut(k)) {
+                (Value::Number(_), Some(old)) if n.as_u64() > old.as_u64() => *old = n.clone(),
+                (Value::Number(_), None) if n.is_u64() => {
+                    self.anthropic_usage.insert(k.clone(), n.clone());
+                }
+                (Value::Object(parts), Some(Value::Object(old))) if k == "cache_creation" => {
+                    for (pk, pv) in parts {
+                        if pv.as_u64() > old.get(pk).and_then(Value::as_u64) {
+                            old.insert(pk.clone(), pv.clone());
+                        }
+                    }
+                }
+                (Value::Object(_), None) if k == "cache_creation" => {
+                    self.anthropic_usage.insert(k.clone(), n.clone());
+                }
+                _ => {}
             }
         }
     }
@@ -408,7 +438,8 @@ impl ChunkTranslator {
         }
         if let Some(m) = v.get("usageMetadata") {
             // Read after the finish reason: the chunk carrying it closes the counts.
-            self.gemini_usage = Some((m.clone(), self.finish.is_some()));
+            let read = super::gemini::usage(m, self.finish.is_some());
+            self.gemini_usage = Some(self.gemini_usage.map_or(read, |u| u.largest(read)));
         }
         out
     }

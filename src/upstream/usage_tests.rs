@@ -429,6 +429,12 @@ fn a_stream_reads_its_usage_chunk_at_the_largest_reading() {
             "total_tokens": 81, "completion_tokens_details": {"reasoning_tokens": 60}}})
         .to_string(),
     });
+    // Before the stream ends (or a finish reason), a usage block is a running count.
+    assert_eq!(t.usage().output, None);
+    t.event(&SseEvent {
+        event: None,
+        data: "[DONE]".into(),
+    });
     assert_eq!(t.usage().output, Some(60));
 }
 

@@ -210,6 +210,29 @@ fn check(s: &Snapshot, engine: Engine, vendors: &Vendors, providers: &[&str], li
             .filter(|(p, received, _)| *p == policy && received.starts_with(prefix))
             .map(|(_, _, c)| *c)
             .sum();
+        if spent < sum {
+            // Name the requests, so the failure says which went uncounted.
+            for r in s.requests.iter().filter(|r| text(r, 1) == policy) {
+                let own = attempts_of.get(text(r, 0)).cloned().unwrap_or_default();
+                eprintln!(
+                    "  {} received {} outcome {} holds {} held {}: attempts {:?}",
+                    text(r, 0),
+                    text(r, 2),
+                    text(r, 4),
+                    text(r, 5),
+                    text(r, 6),
+                    own.iter()
+                        .map(|a| format!(
+                            "{}:{}:{}:{}",
+                            text(a, 1),
+                            text(a, 5),
+                            text(a, 6),
+                            text(a, 7)
+                        ))
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
         assert!(
             spent >= sum,
             "{engine:?} {policy} {period} {start}: the attempts charge {sum} but the window says spent {spent}"

@@ -247,7 +247,7 @@ impl<'a> Batch<'a> {
                 Op::Settle { .. }
                 | Op::TopUp { .. }
                 | Op::Interrupt { .. }
-                | Op::ForgetWindows { .. } => b.later.push(at),
+                | Op::ReseedWindows { .. } => b.later.push(at),
             }
         }
         b
@@ -268,7 +268,7 @@ pub enum Tx {
 pub fn reads_first(op: &Op) -> bool {
     matches!(
         op,
-        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. } | Op::ForgetWindows { .. }
+        Op::Settle { .. } | Op::TopUp { .. } | Op::Interrupt { .. } | Op::ReseedWindows { .. }
     )
 }
 

@@ -28,13 +28,13 @@ pub async fn apply(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, 
             client.query_one(&st, &[request_id, reason]).await?;
             Ok(Ok(()))
         }
-        Op::ForgetWindows { windows, at } => {
-            // Dropped only when nothing is reserved in it (see `Op::ForgetWindows`).
+        Op::ReseedWindows { windows, at } => {
+            // Counted again from the ledger (see `Op::ReseedWindows`).
             for (policy, period) in windows {
                 let start = super::window::window_start_at(*period, *at);
                 client
                     .execute(
-                        "DELETE FROM budget_windows WHERE policy = $1 AND period = $2 AND window_start = $3 AND reserved = 0",
+                        "UPDATE budget_windows SET spent = purser_charged($1, $2, $3) WHERE policy = $1 AND period = $2 AND window_start = $3",
                         &[policy, &period.as_str(), &start],
                     )
                     .await?;

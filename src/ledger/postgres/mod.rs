@@ -176,7 +176,7 @@ impl Store {
                 | Op::Finish(..)
                 | Op::Settle { .. }
                 | Op::Interrupt { .. }
-                | Op::ForgetWindows { .. }
+                | Op::ReseedWindows { .. }
                 | Op::Probe => {}
             }
         }

@@ -126,8 +126,9 @@ impl Books {
 /// received in it, its attempts' billed costs plus the worst case of each attempt that
 /// may have been billed (in-flight attempts count so), and for a request still in
 /// flight at least what it holds (a failover top-up may have raised it past its
-/// attempts so far). Its requests hold nothing in this window (it did not exist when
-/// they were admitted), so what they are charged later is never counted twice.
+/// attempts so far). A request in flight that holds a reservation in this very window
+/// (a window re-seeded by a reload) is left out: it is in `reserved`, and its
+/// settlement moves its charge to `spent`, so nothing is counted twice.
 ///
 /// Read through the attempts' start-time index (every attempt of a request received in
 /// the window starts at or after the window's start), so it costs a scan of the
@@ -141,9 +142,16 @@ pub(super) fn charged_in_window(tx: &Connection, key: &WindowKey) -> Result<Mone
                 CASE a.billing WHEN 'billed' THEN a.cost WHEN 'maybe_billed' THEN a.worst_case ELSE '0' END
          FROM attempts a CROSS JOIN requests r
          WHERE a.started_at >= ?1 AND r.id = a.request_id AND r.policy = ?2
-           AND r.received_ms >= ?3 AND r.received_ms < ?4",
+           AND r.received_ms >= ?3 AND r.received_ms < ?4
+           AND NOT (r.outcome = 'in_flight' AND instr(' ' || COALESCE(r.reserved_in, ''), ' ' || ?5 || '@') > 0)",
     )?;
-    let mut rows = st.query(params![day, key.policy, from_ms, to_ms])?;
+    let mut rows = st.query(params![
+        day,
+        key.policy,
+        from_ms,
+        to_ms,
+        key.period.as_str()
+    ])?;
     // Per request: (in flight, what it holds, its attempts' charges).
     let mut per: HashMap<String, (bool, Money, Money)> = HashMap::new();
     while let Some(r) = rows.next()? {

@@ -35,7 +35,7 @@ pub(super) fn apply_op(tx: &Connection, books: &mut Books, op: &Op) -> Result<()
             limits,
         } => top_up(tx, books, request_id, *extra, limits),
         Op::Interrupt { request_id, reason } => interrupt(tx, books, request_id, reason),
-        Op::ForgetWindows { windows, at } => forget_windows(tx, books, windows, *at),
+        Op::ReseedWindows { windows, at } => reseed_windows(tx, books, windows, *at),
         Op::Probe => {
             tx.prepare_cached("INSERT INTO liveness (id, at) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET at = excluded.at")?
                 .execute(params![rfc3339(time::OffsetDateTime::now_utc())])?;
@@ -433,6 +433,15 @@ fn top_up(
         w.dirty = true;
     }
     let Some(mut h) = held else {
+        // Held in no window: what it may now cost is still recorded, so a window the
+        // ledger seeds while it is in flight counts it (as PostgreSQL's top-up does).
+        tx.prepare_cached(
+            "UPDATE requests SET reserved_amount = ?2 WHERE id = ?1 AND outcome = 'in_flight'",
+        )?
+        .execute(params![
+            request_id,
+            (held_amount(tx, request_id)? + extra).to_string()
+        ])?;
         return Ok(());
     };
     for key in &h.windows {
@@ -540,9 +549,9 @@ fn interrupt(
     Ok(())
 }
 
-/// Drop the current window of each re-added budget when nothing is reserved in it
-/// (see `Op::ForgetWindows`); one still holding a reservation is kept, and logged.
-fn forget_windows(
+/// Count again what the current window of each re-added budget has spent (see
+/// `Op::ReseedWindows`); a window that does not exist yet is seeded when created.
+fn reseed_windows(
     tx: &Connection,
     books: &mut Books,
     windows: &[(String, Period)],
@@ -554,20 +563,24 @@ fn forget_windows(
             period: *period,
             start: window_start(*period, at),
         };
-        let reserved: Option<String> = tx
-            .prepare_cached("SELECT reserved FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .query_row(params![key.policy, key.period.as_str(), key.start], |r| r.get(0))
-            .optional()?;
-        let Some(reserved) = reserved else { continue };
-        if money_col(reserved)?.is_positive() {
-            tracing::warn!(policy = %key.policy, period = key.period.as_str(), "a re-added budget's window still holds reservations: kept as it is");
+        let exists = tx
+            .prepare_cached("SELECT 1 FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+            .exists(params![key.policy, key.period.as_str(), key.start])?;
+        if !exists && !books.windows.contains_key(&key) {
             continue;
         }
-        tx.prepare_cached(
-            "DELETE FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3",
-        )?
-        .execute(params![key.policy, key.period.as_str(), key.start])?;
-        books.windows.remove(&key);
+        let spent = super::books::charged_in_window(tx, &key)?;
+        let w = books.window(tx, &key)?;
+        w.spent = spent;
+        w.dirty = true;
     }
     Ok(())
+}
+
+/// What a request holds as stored: its topped-up reservation, else its worst case.
+fn held_amount(tx: &Connection, request_id: &str) -> Result<Money, LedgerError> {
+    let held: String = tx
+        .prepare_cached("SELECT COALESCE(reserved_amount, worst_case) FROM requests WHERE id = ?1")?
+        .query_row(params![request_id], |r| r.get(0))?;
+    money_col(held)
 }
