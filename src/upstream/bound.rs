@@ -406,6 +406,8 @@ mod tests {
             body,
             max_tokens: 12_345_678_901,
             stream: true,
+            ingress: crate::ingress::Ingress::Chat,
+            headers: Vec::new(),
         }
     }
 
