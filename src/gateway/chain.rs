@@ -23,6 +23,7 @@ use crate::money::Money;
 use crate::policy::plan::{Api, Destination, Plan, Policy};
 use crate::pricing;
 use crate::selection::{AlternateFit, Selected};
+use crate::ingress::Ingress;
 use crate::upstream::{self, ChatRequest};
 
 /// What the chain may use of the engine, and nothing more: the ledger for the
@@ -253,6 +254,12 @@ impl Chain<'_> {
     ) -> Result<Served, GatewayError> {
         let (usage, reply) = match api {
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
+            // A Messages request to Anthropic: the vendor's own answer is the client's.
+            Api::Anthropic if self.req.ingress == Ingress::Messages => (
+                json.get("usage")
+                    .map_or_else(Default::default, upstream::anthropic::usage),
+                Reply::Verbatim(raw),
+            ),
             Api::Anthropic | Api::Gemini => {
                 let (translated, usage) = upstream::translate(api, &at.dest, json);
                 (usage, Reply::Complete(translated))

@@ -17,6 +17,7 @@
 use serde_json::Value;
 
 use super::ChatRequest;
+use crate::ingress::Ingress;
 use crate::policy::plan::{Api, Destination, MediaKind};
 
 /// What an overhead is counted per.
@@ -182,6 +183,46 @@ pub fn media_parts(api: Api, body: &Value) -> Vec<Media> {
     out
 }
 
+/// Every media block of an Anthropic Messages body as it is sent (natively), at any
+/// depth (a tool result carries images and documents too). A block's tokens are its
+/// bytes unless it carries its content by reference or encoded: a `source` object
+/// (base64, URL or file), or a `file_id`. A text document (`source.type: text`) is
+/// its bytes. A rule over block types, so a type purser has not seen is still judged.
+fn by_reference(b: &Value) -> bool {
+    b.get("file_id").is_some()
+        || b.get("source")
+            .filter(|s| s.is_object())
+            .is_some_and(|s| s.get("type").and_then(Value::as_str) != Some("text"))
+}
+
+pub fn native_media_parts(body: &Value) -> Vec<Media> {
+    fn walk(blocks: &[Value], at: &str, out: &mut Vec<Media>) {
+        for (j, b) in blocks.iter().enumerate() {
+            let here = format!("{at}[{j}]");
+            if by_reference(b) {
+                out.push(Media {
+                    param: here.clone(),
+                    kind: match b.get("type").and_then(Value::as_str) {
+                        Some("image") => Some(MediaKind::Image),
+                        Some("document") => Some(MediaKind::File),
+                        _ => None,
+                    },
+                });
+            }
+            if let Some(Value::Array(inner)) = b.get("content") {
+                walk(inner, &format!("{here}.content"), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, m) in messages(body).iter().enumerate() {
+        if let Some(Value::Array(blocks)) = m.get("content") {
+            walk(blocks, &format!("messages[{i}].content"), &mut out);
+        }
+    }
+    out
+}
+
 fn messages(body: &Value) -> &[Value] {
     body.get("messages")
         .and_then(Value::as_array)
@@ -236,7 +277,11 @@ pub fn input_tokens(
 ) -> Result<u64, Unbounded> {
     let api = dest.api;
     let mut media_tokens = 0u64;
-    for m in media_parts(api, &req.body) {
+    let media = match req.ingress {
+        Ingress::Messages => native_media_parts(&req.body),
+        Ingress::Chat | Ingress::Responses => media_parts(api, &req.body),
+    };
+    for m in media {
         let declared = dest.terms.media_tokens.bound(m.kind);
         let tokens = match (declared, undeclared) {
             (Some(t), _) => t,
@@ -284,6 +329,13 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
         Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
+        Api::Anthropic if req.ingress == Ingress::Messages => {
+            // The client's body with the model and cap rewritten: walked in place (no
+            // copy of a large prompt per candidate), plus what the rewrite can add.
+            content_walk(&req.body, "messages", "content", by_reference)
+                .saturating_add(dest.upstream_model.len() as u64)
+                .saturating_add(OPENAI_EDITS)
+        }
         Api::Anthropic => {
             let p = super::anthropic::prepare(dest, "", None, req);
             content_walk(&p.body, "messages", "content", |b| {
