@@ -29,8 +29,8 @@ pub enum AuditError {
 }
 
 /// Filters every listing accepts.
-const FILTERS: [&str; 8] = [
-    "since", "until", "provider", "policy", "client", "model", "class", "outcome",
+const FILTERS: [&str; 9] = [
+    "since", "until", "provider", "policy", "client", "model", "class", "outcome", "ingress",
 ];
 
 /// `requests`: filters plus one page.
@@ -106,6 +106,15 @@ fn filter(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
                 }
                 f.class = Some(v.clone());
             }
+            "ingress" => {
+                f.ingress = Some(crate::ingress::Ingress::parse(v).ok_or_else(|| {
+                    let names: Vec<&str> = crate::ingress::Ingress::ALL
+                        .iter()
+                        .map(|i| i.as_str())
+                        .collect();
+                    invalid(k, v, format!("one of {}", names.join(", ")))
+                })?);
+            }
             "outcome" => {
                 f.outcome = Some(RequestOutcome::parse(v).ok_or_else(|| {
                     let names: Vec<&str> = RequestOutcome::ALL.iter().map(|o| o.as_str()).collect();
@@ -169,13 +178,14 @@ pub fn attempts_query(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
 }
 
 /// The CSV header, in the order of `csv_record`.
-pub const CSV_HEADER: [&str; 25] = [
+pub const CSV_HEADER: [&str; 26] = [
     "request_id",
     "received_at",
     "policy",
     "client",
     "model",
     "plan_id",
+    "ingress",
     "seq",
     "provider",
     "upstream_model",
@@ -209,6 +219,7 @@ pub fn csv_record(line: &AttemptLine, currency: &str) -> Vec<String> {
         line.client.clone(),
         line.model.clone(),
         line.plan_id.clone(),
+        line.ingress.clone(),
         a.seq.to_string(),
         a.provider.clone(),
         a.upstream_model.clone(),

@@ -533,6 +533,7 @@ impl Engine {
             model = tracing::field::Empty,
             ingress = body.ingress.as_str(),
         );
+        let ingress = body.ingress;
         let result = self
             .chat_inner(key, body, watch)
             .instrument(span.clone())
@@ -540,13 +541,13 @@ impl Engine {
         let _entered = span.enter();
         match &result {
             Ok(s) => {
-                self.metrics.request(&s.policy, "served");
+                self.metrics.request(ingress, &s.policy, "served");
                 tracing::info!(provider = %s.provider, attempts = s.attempts, cost = %s.cost, fallback = s.fallback, "served");
             }
             Err(f) => {
                 let code = f.error.code();
                 self.metrics
-                    .request(f.policy.as_deref().unwrap_or("-"), code);
+                    .request(ingress, f.policy.as_deref().unwrap_or("-"), code);
                 match &f.error {
                     // Upstream refusals are counted by class where they are decided.
                     GatewayError::Upstream { .. }
