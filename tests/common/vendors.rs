@@ -96,6 +96,8 @@ struct Book {
     /// Per provider: how many events each write of a normal stream carries, cycling
     /// through the list call by call (absent: one event per write).
     batches: HashMap<String, Vec<usize>>,
+    /// Per provider: the headers of each Anthropic call, in order (names lowercase).
+    headers: HashMap<String, Vec<Vec<(String, String)>>>,
 }
 
 #[derive(Clone)]
@@ -194,6 +196,17 @@ impl Vendors {
     }
 
     /// The keys `provider` was sent, in order.
+    /// The headers of each call `provider` received on its Anthropic Messages route.
+    pub fn headers_seen(&self, provider: &str) -> Vec<Vec<(String, String)>> {
+        self.book
+            .lock()
+            .unwrap()
+            .headers
+            .get(provider)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     pub fn keys_seen(&self, provider: &str) -> Vec<String> {
         self.sent(provider).into_iter().map(|c| c.key).collect()
     }
@@ -448,6 +461,17 @@ async fn anthropic(
     body: axum::Json<Value>,
 ) -> Response {
     let who = (header(&h, "x-api-key"), header(&h, "x-purser-attempt"));
+    let seen: Vec<(String, String)> = h
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    v.book
+        .lock()
+        .unwrap()
+        .headers
+        .entry(provider.clone())
+        .or_default()
+        .push(seen);
     answer_named_in_body(v, Api::Anthropic, provider, who, body.0).await
 }
 
