@@ -283,6 +283,7 @@ mod tests {
             ("class", "ratelimit", "rate_limited"),
             ("since", "yesterday", "RFC 3339"),
             ("outcome", "ok", "served"),
+            ("ingress", "grpc", "messages"),
             ("cursor", "zz", "next_cursor"),
             ("provdier", "x", "accepts"),
         ] {

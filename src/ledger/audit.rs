@@ -126,8 +126,8 @@ impl GroupBy {
         GroupBy::Policy,
         GroupBy::Client,
         GroupBy::Model,
-        GroupBy::Ingress,
         GroupBy::Day,
+        GroupBy::Ingress,
     ];
 
     pub fn as_str(self) -> &'static str {
