@@ -237,9 +237,10 @@ pub fn status_of(ingress: Ingress, e: &GatewayError) -> u16 {
             Ingress::Chat | Ingress::Messages,
             GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_),
         ) => 402,
-        (Ingress::Responses, GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_)) => {
-            400
-        }
+        (
+            Ingress::Responses,
+            GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_),
+        ) => 400,
         (_, GatewayError::LedgerUnavailable { .. }) => 503,
         (_, GatewayError::Internal(_)) => 500,
         (_, GatewayError::Upstream { class, status, .. }) => upstream_status(*class, *status),

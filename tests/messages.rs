@@ -32,7 +32,12 @@ fn recorded() -> (Value, Vec<(String, String)>) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|h| (h[0].as_str().unwrap().to_string(), h[1].as_str().unwrap().to_string()))
+        .map(|h| {
+            (
+                h[0].as_str().unwrap().to_string(),
+                h[1].as_str().unwrap().to_string(),
+            )
+        })
         // Transport headers are the HTTP client's to write; the key is this test's.
         .filter(|(k, _)| {
             !matches!(
@@ -46,7 +51,12 @@ fn recorded() -> (Value, Vec<(String, String)>) {
 
 /// An Anthropic provider serving `MODEL` under its own id, at Opus-like rates with
 /// cache rates, and a policy with a hard ceiling.
-fn docs(v: &common::vendors::Vendors, ceiling: &str, on_exceed: &str, budget: Option<&str>) -> Vec<String> {
+fn docs(
+    v: &common::vendors::Vendors,
+    ceiling: &str,
+    on_exceed: &str,
+    budget: Option<&str>,
+) -> Vec<String> {
     let p = provider(v, PROVIDER, "anthropic", "eu", &[]);
     let p = format!(
         "{p}  {MODEL}:\n    upstream: {UPSTREAM}\n    context_window: 1000000\n    input_per_mtok: \"5\"\n    output_per_mtok: \"25\"\n    cached_input_per_mtok: \"0.5\"\n    cache_write_per_mtok: \"6.25\"\n    cache_write_1h_per_mtok: \"10\"\n"
@@ -63,14 +73,29 @@ fn docs(v: &common::vendors::Vendors, ceiling: &str, on_exceed: &str, budget: Op
     ]
 }
 
-async fn gateway(engine: Engine, test: &str, ceiling: &str, on_exceed: &str, budget: Option<&str>) -> Option<Gateway> {
-    let (c, o, b) = (ceiling.to_string(), on_exceed.to_string(), budget.map(str::to_string));
+async fn gateway(
+    engine: Engine,
+    test: &str,
+    ceiling: &str,
+    on_exceed: &str,
+    budget: Option<&str>,
+) -> Option<Gateway> {
+    let (c, o, b) = (
+        ceiling.to_string(),
+        on_exceed.to_string(),
+        budget.map(str::to_string),
+    );
     common::start_on(engine, test, move |v| docs(v, &c, &o, b.as_deref())).await
 }
 
 /// POST the body to `/v1/messages?beta=true` as Claude Code does (bearer key, its
 /// headers); status, headers and the raw body bytes.
-async fn send(g: &Gateway, body: &Value, headers: &[(String, String)], path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+async fn send(
+    g: &Gateway,
+    body: &Value,
+    headers: &[(String, String)],
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
     let mut rb = reqwest::Client::new()
         .post(g.url(path))
         .bearer_auth(KEY)
@@ -106,8 +131,12 @@ async fn served_natively_on(engine: Engine) {
         return;
     };
     let (body, headers) = recorded();
-    assert!(body.to_string().len() > 45_000, "the fixture is at full size");
-    g.vendors.script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    assert!(
+        body.to_string().len() > 45_000,
+        "the fixture is at full size"
+    );
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
     let (status, h, bytes) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert_eq!(h["content-type"], "text/event-stream");
@@ -126,7 +155,11 @@ async fn served_natively_on(engine: Engine) {
     expected["max_tokens"] = json!(128_000);
     assert_eq!(sent[0].body, expected);
     let seen = &g.vendors.headers_seen(PROVIDER)[0];
-    let get = |name: &str| seen.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let get = |name: &str| {
+        seen.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
     let (_, betas) = headers.iter().find(|(k, _)| k == "anthropic-beta").unwrap();
     assert_eq!(get("anthropic-beta"), Some(betas.as_str()));
     assert_eq!(get("anthropic-version"), Some("2023-06-01"));
@@ -164,20 +197,52 @@ async fn clamped_on(engine: Engine) {
         return;
     };
     let (body, headers) = recorded();
-    g.vendors.script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
     let (status, h, bytes) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
-    let clamped: u64 = h["x-purser-clamped-max-tokens"].to_str().unwrap().parse().unwrap();
+    let clamped: u64 = h["x-purser-clamped-max-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let sent = g.vendors.sent(PROVIDER);
     assert_eq!(sent[0].body["max_tokens"], json!(clamped));
     assert!(clamped < 128_000 && clamped > 1_000, "{clamped}");
     quiesce_on(&g.ledger_db, 5).await;
-    let row = g.ledger_db.request(h["x-purser-request-id"].to_str().unwrap()).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
     let worst: f64 = row.worst_case.parse().unwrap();
-    assert!(worst <= 1.0, "the proved worst case {worst} fits the ceiling");
+    assert!(
+        worst <= 1.0,
+        "the proved worst case {worst} fits the ceiling"
+    );
     // The bound is over what is sent: at least one token per 4 bytes of the body.
     let input_floor = body.to_string().len() as f64 / 4.0 * 5e-6;
     assert!(worst >= clamped as f64 * 25e-6 + input_floor, "{worst}");
+    // `purser explain` shows the same clamp, with its arithmetic, for the same file.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .arg("explain")
+        .arg(&g.config)
+        .args(["--policy", "agents", "--model", MODEL, "--body"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/agents/claude-code-2.1.332-say-hi.json"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("clamp lowered max_tokens from 128000 to {clamped}")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{clamped} out × 25.00/M")) && text.contains("in × 10.00/M"),
+        "the arithmetic, input at the dearest (1-hour cache write) rate: {text}"
+    );
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 
@@ -204,10 +269,16 @@ async fn rejected_on(engine: Engine) {
     assert_eq!(v["error"]["type"], "billing_error");
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.starts_with("purser (ceiling_exceeded)"), "{msg}");
-    assert!(msg.contains("128000"), "the arithmetic names the cap: {msg}");
+    assert!(
+        msg.contains("128000"),
+        "the arithmetic names the cap: {msg}"
+    );
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     let row = g.ledger_db.last_request().await;
-    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("refused", "messages"));
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("refused", "messages")
+    );
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 
@@ -251,7 +322,8 @@ async fn x_api_key_authenticates_and_a_plain_answer_is_the_vendors_own() {
     let g = gateway(Engine::Sqlite, "messages_plain", "10.00", "reject", None)
         .await
         .unwrap();
-    let body = json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
     let r = reqwest::Client::new()
         .post(g.url("/v1/messages"))
         .header("x-api-key", KEY)
@@ -291,7 +363,10 @@ async fn count_tokens_answers_the_bound_and_charges_nothing() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(status, 200, "{v}");
     let n = v["input_tokens"].as_u64().unwrap();
-    assert!(n >= bytes - 100 && n < bytes + 2_000, "{n} vs {bytes} bytes");
+    assert!(
+        n >= bytes - 100 && n < bytes + 2_000,
+        "{n} vs {bytes} bytes"
+    );
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_eq!(g.ledger_db.count("SELECT count(*) FROM requests").await, 0);
 }
@@ -308,12 +383,16 @@ async fn messages_to_an_openai_destination_are_refused_naming_why() {
         ]
     })
     .await;
-    let body = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
     let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["type"], "error");
     let msg = v["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("`api: anthropic`") && msg.contains("openai"), "{msg}");
+    assert!(
+        msg.contains("`api: anthropic`") && msg.contains("openai"),
+        "{msg}"
+    );
     assert_eq!(g.vendors.calls("oai"), 0);
 }

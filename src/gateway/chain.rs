@@ -17,13 +17,13 @@ use super::{AttemptReport, GatewayError, LedgerStage, Reply, Served, truncate_re
 use crate::clock::Clock;
 use crate::decide::{self, Action, AlternateState, BudgetRoom, Decision};
 use crate::failure::{Billing, FailureClass};
+use crate::ingress::Ingress;
 use crate::ledger::{self, Ledger, LedgerError, NewAttempt};
 use crate::metrics::Metrics;
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination, Plan, Policy};
 use crate::pricing;
 use crate::selection::{AlternateFit, Selected};
-use crate::ingress::Ingress;
 use crate::upstream::{self, ChatRequest};
 
 /// What the chain may use of the engine, and nothing more: the ledger for the

@@ -186,8 +186,9 @@ pub struct NotNative {
 /// table for chat (`upstream::fields`), native pass-through only for the others.
 pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
     match ingress {
-        Ingress::Chat => crate::upstream::fields::check(api, body)
-            .map_err(|r| (r.param.clone(), r.to_string())),
+        Ingress::Chat => {
+            crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
+        }
         Ingress::Messages => native(ingress, Api::Anthropic, api),
         Ingress::Responses => native(ingress, Api::Openai, api),
     }

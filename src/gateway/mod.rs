@@ -29,8 +29,8 @@ use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy};
 use crate::selection::{self, Refusal, TokenBounds, Unbounded};
 use crate::upstream::bound::Undeclared;
 use crate::upstream::{ChatRequest, Credentials};
-use recorder::{ClientWatch, InFlight, Recorder};
 use ingress::Ingress;
+use recorder::{ClientWatch, InFlight, Recorder};
 use request::Parsed;
 
 /// Most bytes of an upstream message kept in the ledger and shown to clients.
@@ -451,14 +451,18 @@ impl Engine {
             .filter(|d| d.api == crate::policy::plan::Api::Anthropic)
         {
             let n = crate::upstream::bound::input_tokens(d, &req, undeclared).map_err(|u| {
-                GatewayError::invalid(format!("`{}` cannot be bounded: {}", u.param, u.what), Some(&u.param))
+                GatewayError::invalid(
+                    format!("`{}` cannot be bounded: {}", u.param, u.what),
+                    Some(&u.param),
+                )
             })?;
             most = Some(most.map_or(n, |m| m.max(n)));
         }
         most.ok_or_else(|| GatewayError::NoDestination {
             model,
             policy: policy.id.to_string(),
-            hint: ". count_tokens is answered for models with an `api: anthropic` destination".into(),
+            hint: ". count_tokens is answered for models with an `api: anthropic` destination"
+                .into(),
         })
     }
 

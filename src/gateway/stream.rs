@@ -577,7 +577,10 @@ impl Tail {
                     class,
                     &provider,
                     &request_id,
-                    format!("{} (provider {provider}, class {class}; the stream was cut after content was sent)", truncate_redact(&message, self.key.as_deref())),
+                    format!(
+                        "{} (provider {provider}, class {class}; the stream was cut after content was sent)",
+                        truncate_redact(&message, self.key.as_deref())
+                    ),
                 );
                 out.send(err.stream_event()).await;
             }

@@ -354,7 +354,9 @@ async fn serve(state: AppState, req: Request, ingress: Ingress) -> Response {
     };
     // Taken before the body is read, so bodies in memory are bounded by the limit too.
     let Ok(permit) = in_flight.try_acquire_owned() else {
-        engine.metrics.request(ingress, who.policy.as_str(), "overloaded");
+        engine
+            .metrics
+            .request(ingress, who.policy.as_str(), "overloaded");
         engine.metrics.refusal("overloaded");
         tracing::info!(policy = %who.policy, client = %who.client, code = "overloaded", "not served: at --max-in-flight");
         linger(req.into_body().into_data_stream());
