@@ -129,7 +129,9 @@ impl ApiError {
     ) -> ApiError {
         ApiError {
             ingress,
-            status: 502,
+            // The status the same failure has as a plain answer: it names the error's
+            // type (Anthropic's `overloaded_error`, `api_error`) in the event.
+            status: upstream_status(class, None),
             code: class.as_str().to_string(),
             openai_type: "upstream_error",
             message,

@@ -396,3 +396,75 @@ async fn messages_to_an_openai_destination_are_refused_naming_why() {
     );
     assert_eq!(g.vendors.calls("oai"), 0);
 }
+
+#[tokio::test]
+async fn a_stream_cut_after_content_ends_with_anthropics_error_event() {
+    let g = gateway(Engine::Sqlite, "messages_cut", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    g.vendors.script(PROVIDER, vec![Script::StreamErrorAfter(4, overloaded.into())]);
+    let body = json!({"model": MODEL, "max_tokens": 100, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, h, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(bytes).unwrap();
+    // The vendor's events up to the cut, as sent, then one Anthropic error event.
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: error\ndata: "), "{text}");
+    let v: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "overloaded_error");
+    assert!(text.starts_with("event: message_start\n"), "{text}");
+    assert!(!text.contains("chat.completion.chunk") && !text.contains("[DONE]"));
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.request(h["x-purser-request-id"].to_str().unwrap()).await;
+    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("failed", "messages"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
+    let g = gateway(Engine::Sqlite, "messages_audit", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let body = json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(send(&g, &body, &[], "/v1/messages").await.0, 200);
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    quiesce_on(&g.ledger_db, 5).await;
+    for (ingress, n) in [("messages", 1), ("chat", 1), ("responses", 0)] {
+        let v = g
+            .admin_json(&format!("/audit/v1/requests?ingress={ingress}"))
+            .await;
+        let rows = v["requests"].as_array().unwrap();
+        assert_eq!(rows.len(), n, "{ingress}: {v}");
+        assert!(rows.iter().all(|r| r["ingress"] == ingress), "{v}");
+    }
+    let (status, _) = g.admin_get("/audit/v1/requests?ingress=grpc").await;
+    assert_eq!(status, 400);
+    let spend = g.admin_json("/audit/v1/spend?group_by=ingress").await;
+    let mut keys: Vec<&str> = spend["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["chat", "messages"], "{spend}");
+    let (_, csv) = g.admin_get("/audit/v1/attempts.csv?ingress=messages").await;
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(lines[0].contains(",ingress,") && lines[1].contains(",messages,"), "{csv}");
+    let (_, metrics) = g.get_as("/metrics", None).await;
+    assert!(
+        metrics.contains(r#"purser_requests_total{ingress="messages",outcome="served",policy="agents"} 1"#),
+        "{metrics}"
+    );
+}
