@@ -542,6 +542,49 @@ mod tests {
     }
 
     #[test]
+    fn a_native_messages_body_counts_blocks_by_bytes_and_sources_as_media() {
+        let body = json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}},
+                    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain words"}}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "c2ln"},
+                    {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [
+                        {"type": "text", "text": "ok"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}]});
+        let media = native_media_parts(&body);
+        let found: Vec<(&str, Option<MediaKind>)> =
+            media.iter().map(|m| (m.param.as_str(), m.kind)).collect();
+        assert_eq!(
+            found,
+            [
+                ("messages[0].content[1]", Some(MediaKind::Image)),
+                ("messages[2].content[0].content[1]", Some(MediaKind::Image)),
+            ]
+        );
+        let mut r = req(body);
+        r.ingress = crate::ingress::Ingress::Messages;
+        let none = dest(Api::Anthropic, MediaTokens::default());
+        let e = input_tokens(&none, &r, Undeclared::Refuse).unwrap_err();
+        assert_eq!(e.param, "messages[0].content[1]");
+        let images = dest(
+            Api::Anthropic,
+            MediaTokens {
+                image: Some(1_600),
+                ..MediaTokens::default()
+            },
+        );
+        let n = input_tokens(&images, &r, Undeclared::Refuse).unwrap();
+        // Every byte of the body as sent is counted (less the top-level image), plus
+        // two images at their bound.
+        assert!(n >= json_len(&r.body) - 100 + 3_200, "{n}");
+    }
+
+    #[test]
     fn an_audio_reference_is_media() {
         let body = json!({"model": "m", "messages": [
             {"role": "assistant", "content": null, "audio": {"id": "audio_abc"}},
