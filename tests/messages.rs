@@ -468,3 +468,82 @@ async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
         "{metrics}"
     );
 }
+
+/// The `claude` executable: `PURSER_CLAUDE`, else `claude` on the PATH. `None` skips
+/// the real-client tests, except under `CI=true`, where `.ci/run` installs it.
+fn claude() -> Option<String> {
+    let exe = std::env::var("PURSER_CLAUDE").unwrap_or_else(|_| "claude".into());
+    let found = std::process::Command::new(&exe)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true but Claude Code (`{exe}`) is not installed: .ci/run installs it");
+    }
+    found.then_some(exe)
+}
+
+/// One non-interactive Claude Code turn through purser; exit status, stdout, stderr
+/// and how long it took.
+async fn claude_turn(exe: &str, g: &Gateway) -> (bool, String, String, std::time::Duration) {
+    let home = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = tokio::process::Command::new(exe)
+        .args(["-p", "say hi", "--output-format", "json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", format!("http://{}", g.addr))
+        .env("ANTHROPIC_AUTH_TOKEN", KEY)
+        .env("ANTHROPIC_MODEL", MODEL)
+        .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", MODEL)
+        .env("ANTHROPIC_SMALL_FAST_MODEL", MODEL)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), out)
+        .await
+        .expect("Claude Code did not exit within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn real_claude_code_turn_is_served_and_booked() {
+    let Some(exe) = claude() else { return };
+    let g = gateway(Engine::Sqlite, "messages_real_claude", "10.00", "clamp", None)
+        .await
+        .unwrap();
+    g.vendors.script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    let (ok, stdout, stderr, _) = claude_turn(&exe, &g).await;
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains(&format!("Hello from {PROVIDER}.")), "{stdout}");
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("served", "messages"));
+    let a = &row.attempts[0];
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
+    assert_eq!(a.cost, "0.00801");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn real_claude_code_exits_promptly_with_purser_reason_on_a_spent_budget() {
+    let Some(exe) = claude() else { return };
+    let g = gateway(Engine::Sqlite, "messages_real_spent", "10.00", "clamp", Some("0.01"))
+        .await
+        .unwrap();
+    let (ok, stdout, stderr, took) = claude_turn(&exe, &g).await;
+    assert!(!ok, "a spent budget must fail the run: {stdout}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let shown = format!("{stdout}{stderr}");
+    assert!(shown.contains("budget_exhausted"), "purser's reason on screen: {shown}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
