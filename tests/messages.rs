@@ -236,7 +236,9 @@ async fn clamped_on(engine: Engine) {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains(&format!("clamp lowered max_tokens from 128000 to {clamped}")),
+        text.contains(&format!(
+            "clamp lowered max_tokens from 128000 to {clamped}"
+        )),
         "{text}"
     );
     assert!(
@@ -402,8 +404,12 @@ async fn a_stream_cut_after_content_ends_with_anthropics_error_event() {
     let g = gateway(Engine::Sqlite, "messages_cut", "10.00", "reject", None)
         .await
         .unwrap();
-    let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    g.vendors.script(PROVIDER, vec![Script::StreamErrorAfter(4, overloaded.into())]);
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    g.vendors.script(
+        PROVIDER,
+        vec![Script::StreamErrorAfter(4, overloaded.into())],
+    );
     let body = json!({"model": MODEL, "max_tokens": 100, "stream": true,
                       "messages": [{"role": "user", "content": "hi"}]});
     let (status, h, bytes) = send(&g, &body, &[], "/v1/messages").await;
@@ -418,8 +424,14 @@ async fn a_stream_cut_after_content_ends_with_anthropics_error_event() {
     assert!(text.starts_with("event: message_start\n"), "{text}");
     assert!(!text.contains("chat.completion.chunk") && !text.contains("[DONE]"));
     quiesce_on(&g.ledger_db, 5).await;
-    let row = g.ledger_db.request(h["x-purser-request-id"].to_str().unwrap()).await;
-    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("failed", "messages"));
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("failed", "messages")
+    );
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 
@@ -428,7 +440,8 @@ async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
     let g = gateway(Engine::Sqlite, "messages_audit", "10.00", "reject", None)
         .await
         .unwrap();
-    let body = json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(send(&g, &body, &[], "/v1/messages").await.0, 200);
     let r = reqwest::Client::new()
         .post(g.url("/v1/chat/completions"))
@@ -461,10 +474,15 @@ async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
     let (_, csv) = g.admin_get("/audit/v1/attempts.csv?ingress=messages").await;
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 2, "{csv}");
-    assert!(lines[0].contains(",ingress,") && lines[1].contains(",messages,"), "{csv}");
+    assert!(
+        lines[0].contains(",ingress,") && lines[1].contains(",messages,"),
+        "{csv}"
+    );
     let (_, metrics) = g.get_as("/metrics", None).await;
     assert!(
-        metrics.contains(r#"purser_requests_total{ingress="messages",outcome="served",policy="agents"} 1"#),
+        metrics.contains(
+            r#"purser_requests_total{ingress="messages",outcome="served",policy="agents"} 1"#
+        ),
         "{metrics}"
     );
 }
@@ -517,16 +535,29 @@ async fn claude_turn(exe: &str, g: &Gateway) -> (bool, String, String, std::time
 #[tokio::test]
 async fn real_claude_code_turn_is_served_and_booked() {
     let Some(exe) = claude() else { return };
-    let g = gateway(Engine::Sqlite, "messages_real_claude", "10.00", "clamp", None)
-        .await
-        .unwrap();
-    g.vendors.script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    let g = gateway(
+        Engine::Sqlite,
+        "messages_real_claude",
+        "10.00",
+        "clamp",
+        None,
+    )
+    .await
+    .unwrap();
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
     let (ok, stdout, stderr, _) = claude_turn(&exe, &g).await;
     assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
-    assert!(stdout.contains(&format!("Hello from {PROVIDER}.")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("Hello from {PROVIDER}.")),
+        "{stdout}"
+    );
     quiesce_on(&g.ledger_db, 5).await;
     let row = g.ledger_db.last_request().await;
-    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("served", "messages"));
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "messages")
+    );
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
     assert_eq!(a.cost, "0.00801");
@@ -536,14 +567,23 @@ async fn real_claude_code_turn_is_served_and_booked() {
 #[tokio::test]
 async fn real_claude_code_exits_promptly_with_purser_reason_on_a_spent_budget() {
     let Some(exe) = claude() else { return };
-    let g = gateway(Engine::Sqlite, "messages_real_spent", "10.00", "clamp", Some("0.01"))
-        .await
-        .unwrap();
+    let g = gateway(
+        Engine::Sqlite,
+        "messages_real_spent",
+        "10.00",
+        "clamp",
+        Some("0.01"),
+    )
+    .await
+    .unwrap();
     let (ok, stdout, stderr, took) = claude_turn(&exe, &g).await;
     assert!(!ok, "a spent budget must fail the run: {stdout}");
     assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
     let shown = format!("{stdout}{stderr}");
-    assert!(shown.contains("budget_exhausted"), "purser's reason on screen: {shown}");
+    assert!(
+        shown.contains("budget_exhausted"),
+        "purser's reason on screen: {shown}"
+    );
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
