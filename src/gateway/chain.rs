@@ -253,6 +253,15 @@ impl Chain<'_> {
         sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
         let (usage, reply) = match api {
+            Api::Openai if self.req.ingress == Ingress::Responses => (
+                upstream::Usage {
+                    served_tier: upstream::openai::served_tier(&json),
+                    ..json
+                        .get("usage")
+                        .map_or_else(Default::default, upstream::openai::responses_usage)
+                },
+                Reply::Verbatim(raw),
+            ),
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             // A Messages request to Anthropic: the vendor's own answer is the client's.
             Api::Anthropic if self.req.ingress == Ingress::Messages => (

@@ -65,10 +65,7 @@ pub fn parse(ingress: Ingress, body: &Value) -> Result<Parsed, GatewayError> {
     match ingress {
         Ingress::Chat => request::parse(body),
         Ingress::Messages => parse_messages(body),
-        Ingress::Responses => Err(GatewayError::invalid(
-            "the Responses API is not served by this gateway yet",
-            None,
-        )),
+        Ingress::Responses => parse_responses(body),
     }
 }
 
@@ -167,6 +164,184 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
     })
 }
 
+/// Every OpenAI Responses field purser knows, and its bearing on cost.
+pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
+    ("model", Bearing::Neutral),
+    // Every input item is sent: messages, tool calls and outputs, reasoning items
+    // (their encrypted content too), Codex's `additional_tools`.
+    ("input", Bearing::Input),
+    ("instructions", Bearing::Input),
+    ("max_output_tokens", Bearing::OutputCap),
+    ("stream", Bearing::Neutral),
+    ("stream_options", Bearing::Neutral),
+    ("tools", Bearing::Input),
+    ("tool_choice", Bearing::Input),
+    ("parallel_tool_calls", Bearing::Neutral),
+    ("max_tool_calls", Bearing::Neutral),
+    // Reasoning tokens are output tokens, inside `max_output_tokens`.
+    ("reasoning", Bearing::Neutral),
+    // Verbosity and the output format, whose schema is sent.
+    ("text", Bearing::Input),
+    ("include", Bearing::Neutral),
+    ("prompt_cache_key", Bearing::Neutral),
+    ("prompt_cache_retention", Bearing::Neutral),
+    ("safety_identifier", Bearing::Neutral),
+    ("user", Bearing::Neutral),
+    ("metadata", Bearing::Neutral),
+    // Codex's own identifiers, which OpenAI accepts and ignores.
+    ("client_metadata", Bearing::Neutral),
+    ("temperature", Bearing::Neutral),
+    ("top_p", Bearing::Neutral),
+    ("top_logprobs", Bearing::Neutral),
+    // `auto` drops input that does not fit: it can only lower what the bound counts.
+    ("truncation", Bearing::Neutral),
+    ("service_tier", Bearing::Tier),
+    (
+        "previous_response_id",
+        Bearing::Unbounded(
+            "the conversation before it is stored at the vendor and billed as input the gateway cannot see",
+        ),
+    ),
+    (
+        "conversation",
+        Bearing::Unbounded(
+            "a stored conversation is billed as input the gateway cannot see",
+        ),
+    ),
+    (
+        "prompt",
+        Bearing::Unbounded("a stored prompt's text is billed as input the gateway cannot see"),
+    ),
+    (
+        "background",
+        Bearing::Unbounded("a background response is billed after the gateway's call has ended"),
+    ),
+];
+
+/// Tool types the client runs: only their definitions are sent (a namespace holds
+/// more of them). Every other type runs at the vendor inside the call (web search,
+/// file search, code interpreter, image generation, remote MCP, and any named later),
+/// billed per call or adding input the bound cannot see.
+const CLIENT_TOOL_TYPES: [&str; 6] = [
+    "function",
+    "custom",
+    "namespace",
+    "local_shell",
+    "shell",
+    "apply_patch",
+];
+
+/// Hosted tools among `tools`, at any depth of namespaces, as (path, type).
+fn hosted_tools(tools: &[Value], at: &str, out: &mut Vec<String>) {
+    for (i, t) in tools.iter().enumerate() {
+        let here = format!("{at}[{i}]");
+        match t.get("type").and_then(Value::as_str) {
+            Some(ty) if CLIENT_TOOL_TYPES.contains(&ty) => {}
+            _ => out.push(here.clone()),
+        }
+        if let Some(Value::Array(inner)) = t.get("tools") {
+            hosted_tools(inner, &format!("{here}.tools"), out);
+        }
+    }
+}
+
+/// An OpenAI Responses body.
+pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
+    let model = match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
+        None => return Err(bad("missing required field `model`", "model")),
+    };
+    match obj.get("input") {
+        None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+        Some(_) => return Err(bad("`input` must be a string or an array of items", "input")),
+    }
+    let mut unbounded = Vec::new();
+    for (k, v) in obj {
+        let bearing = RESPONSES_FIELDS
+            .iter()
+            .find(|(f, _)| f == k)
+            .map(|(_, b)| *b);
+        match bearing {
+            Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
+            Some(_) => {}
+            None if k == "store" => {
+                if v == &Value::Bool(true) {
+                    unbounded.push((
+                        k.clone(),
+                        "a stored response is billed again as input when a later turn continues from it, out of the gateway's sight",
+                    ));
+                }
+            }
+            None => unbounded.push((k.clone(), "purser does not know what this field costs")),
+        }
+    }
+    let mut hosted = Vec::new();
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        hosted_tools(tools, "tools", &mut hosted);
+    }
+    for (i, item) in obj
+        .get("input")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(Value::Array(tools)) = item.get("tools") {
+            hosted_tools(tools, &format!("input[{i}].tools"), &mut hosted);
+        }
+    }
+    for h in hosted {
+        unbounded.push((
+            h,
+            "a hosted tool runs at the vendor inside the call: billed per call, its results input the bound does not see",
+        ));
+    }
+    let tier = match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) => match t.as_str() {
+            "auto" => TierAsk::VendorPicks,
+            "default" => TierAsk::Standard,
+            other => match ServiceTier::parse(other) {
+                Some(t) => TierAsk::Tier(t),
+                None => {
+                    unbounded.push((
+                        "service_tier".into(),
+                        "a service tier purser has no rates for",
+                    ));
+                    TierAsk::VendorPicks
+                }
+            },
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    };
+    let max_tokens = match obj.get("max_output_tokens") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+            bad(
+                "`max_output_tokens` must be a positive integer",
+                "max_output_tokens",
+            )
+        })?),
+    };
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
+    };
+    Ok(Parsed {
+        model,
+        stream,
+        max_tokens,
+        choices: 1,
+        tier,
+        unbounded,
+    })
+}
+
 /// Why a destination's API cannot take a request of this ingress.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -238,6 +413,34 @@ mod tests {
         let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["brand_new", "tools[2]"]);
+    }
+
+    #[test]
+    fn the_recorded_codex_body_is_all_known_fields_and_client_tools() {
+        let raw = include_str!("../../tests/fixtures/agents/codex-0.169.0-say-hi.json");
+        let v: Value = serde_json::from_str(raw).unwrap();
+        let p = parse_responses(&v["body"]).unwrap();
+        assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
+        assert_eq!(p.max_tokens, None);
+        assert!(p.stream);
+    }
+
+    #[test]
+    fn server_state_and_hosted_tools_are_named() {
+        let p = parse_responses(&json!({
+            "model": "m", "input": "hi", "store": true, "previous_response_id": "resp_1",
+            "tools": [{"type": "function", "name": "f"}, {"type": "web_search"},
+                      {"type": "namespace", "name": "n", "tools": [{"type": "file_search"}]}],
+        }))
+        .unwrap();
+        let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["previous_response_id", "store", "tools[1]", "tools[2].tools[0]"]
+        );
+        let p = parse_responses(&json!({"model": "m", "input": "hi", "store": false})).unwrap();
+        assert!(p.unbounded.is_empty());
     }
 
     #[test]

@@ -97,12 +97,50 @@ async fn next(body: &mut reqwest::Response, idle: Duration) -> Step {
 }
 
 /// What one event says, read the same way as a plain answer.
-fn signal(api: Api, e: &SseEvent) -> Result<EventSignal, ()> {
+fn signal(api: Api, ingress: Ingress, e: &SseEvent) -> Result<EventSignal, ()> {
     if e.data.trim() == "[DONE]" {
         return Ok(EventSignal::Neutral);
     }
     let v: Value = serde_json::from_str(&e.data).map_err(|_| ())?;
-    Ok(failure::classify_event(api, e.event.as_deref(), &v))
+    match ingress {
+        Ingress::Responses => Ok(responses_signal(api, &v)),
+        Ingress::Chat | Ingress::Messages => {
+            Ok(failure::classify_event(api, e.event.as_deref(), &v))
+        }
+    }
+}
+
+/// A Responses API event. An `error` event or a `response.failed` is classified as the
+/// same error would be in a plain answer (its error object, as the body's `error`);
+/// generated output (`*.delta`) is content; the rest (lifecycle, item framing, the
+/// end) is neutral, the translator reading the usage and the end from it.
+fn responses_signal(api: Api, v: &Value) -> EventSignal {
+    let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
+    let error = match ty {
+        "error" => Some(v.clone()),
+        "response.failed" => Some(
+            v.pointer("/response/error")
+                .cloned()
+                .unwrap_or_else(|| json!({"message": "the response failed"})),
+        ),
+        _ => None,
+    };
+    if let Some(err) = error {
+        let body = json!({"error": err}).to_string();
+        return match failure::classify(api, 200, &[], &body) {
+            failure::Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
+            // An error that reads as no failure is still not an answer.
+            failure::Outcome::Success => EventSignal::Failure(
+                FailureClass::Unclassified,
+                "a Responses stream error event".into(),
+            ),
+        };
+    }
+    if ty.ends_with(".delta") {
+        EventSignal::Content
+    } else {
+        EventSignal::Neutral
+    }
 }
 
 /// What one pre-commit event means for the attempt.
@@ -131,10 +169,14 @@ pub async fn first_content(
     mut body: reqwest::Response,
     idle: Duration,
 ) -> Start {
+    let mut translator = ChunkTranslator::new(api, dest);
+    if ingress == Ingress::Responses {
+        translator.for_responses();
+    }
     let mut live = Live {
         api,
         ingress,
-        translator: ChunkTranslator::new(api, dest),
+        translator,
         decoder: SseDecoder::default(),
         body: None,
         pending: Vec::new(),
@@ -300,7 +342,7 @@ async fn drain(live: &mut Live, body: &mut reqwest::Response) {
 }
 
 fn see(live: &mut Live, e: &SseEvent) -> Seen {
-    match signal(live.api, e) {
+    match signal(live.api, live.ingress, e) {
         Ok(EventSignal::Failure(class, reason)) => {
             // Read by the translator too: a failing event may carry usage, and whether
             // it set a finish reason tells a vendor's finish from an error event.
@@ -648,7 +690,7 @@ fn ended(live: &Live) -> End {
 /// the stream read on for its usage. An error event ends the stream.
 async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Option<End> {
     for e in events {
-        let failure = match signal(live.api, &e) {
+        let failure = match signal(live.api, live.ingress, &e) {
             Ok(EventSignal::Failure(class, reason)) => Some((class, reason)),
             Ok(EventSignal::Content | EventSignal::Neutral) | Err(()) => None,
         };

@@ -106,6 +106,7 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
     let r = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
@@ -294,6 +295,11 @@ async fn count_tokens(State(state): State<AppState>, req: Request) -> Response {
         Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
         Err(e) => error_response(ingress, None, &e),
     }
+}
+
+/// `POST /v1/responses` (OpenAI Responses, as Codex CLI speaks it).
+async fn responses(State(state): State<AppState>, req: Request) -> Response {
+    serve(state, req, Ingress::Responses).await
 }
 
 /// The client key: `Authorization: Bearer` for every ingress; Anthropic's clients may

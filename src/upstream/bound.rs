@@ -195,6 +195,47 @@ fn by_reference(b: &Value) -> bool {
             .is_some_and(|s| s.get("type").and_then(Value::as_str) != Some("text"))
 }
 
+/// Every media part of a Responses body's `input`, at any depth: an image, file or
+/// audio part is media whether it carries its bytes or a reference, because its tokens
+/// are not its bytes.
+pub fn responses_media_parts(body: &Value) -> Vec<Media> {
+    fn walk(v: &Value, at: &str, out: &mut Vec<Media>) {
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{at}[{i}]"), out);
+                }
+            }
+            Value::Object(o) => {
+                let kind = match o.get("type").and_then(Value::as_str) {
+                    Some("input_image") => Some(Some(MediaKind::Image)),
+                    Some("input_file") => Some(Some(MediaKind::File)),
+                    Some("input_audio") => Some(Some(MediaKind::Audio)),
+                    _ => None,
+                };
+                if let Some(kind) = kind {
+                    out.push(Media {
+                        param: at.to_string(),
+                        kind,
+                    });
+                    return;
+                }
+                for (k, inner) in o {
+                    if inner.is_array() || inner.is_object() {
+                        walk(inner, &format!("{at}.{k}"), out);
+                    }
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(input) = body.get("input") {
+        walk(input, "input", &mut out);
+    }
+    out
+}
+
 pub fn native_media_parts(body: &Value) -> Vec<Media> {
     fn walk(blocks: &[Value], at: &str, out: &mut Vec<Media>) {
         for (j, b) in blocks.iter().enumerate() {
@@ -279,7 +320,8 @@ pub fn input_tokens(
     let mut media_tokens = 0u64;
     let media = match req.ingress {
         Ingress::Messages => native_media_parts(&req.body),
-        Ingress::Chat | Ingress::Responses => media_parts(api, &req.body),
+        Ingress::Responses => responses_media_parts(&req.body),
+        Ingress::Chat => media_parts(api, &req.body),
     };
     for m in media {
         let declared = dest.terms.media_tokens.bound(m.kind);
@@ -303,12 +345,31 @@ pub fn input_tokens(
     }
     let text = sent_bytes(dest, req);
     let body = &req.body;
-    let n_messages = messages(body).len() as u64;
-    let tools = ["tools", "functions"]
-        .iter()
-        .filter_map(|k| body.get(k).and_then(Value::as_array))
-        .map(|a| a.len() as u64)
-        .sum::<u64>();
+    let (n_messages, tools) = match req.ingress {
+        // Each input item is framed like a message; tools may sit inside items too.
+        Ingress::Responses => {
+            let items = body.get("input").and_then(Value::as_array);
+            let nested: u64 = items
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.get("tools").and_then(Value::as_array))
+                .map(|a| a.len() as u64)
+                .sum();
+            let top = body
+                .get("tools")
+                .and_then(Value::as_array)
+                .map_or(0, |a| a.len() as u64);
+            (items.map_or(1, |a| a.len() as u64), top.saturating_add(nested))
+        }
+        Ingress::Chat | Ingress::Messages => (
+            messages(body).len() as u64,
+            ["tools", "functions"]
+                .iter()
+                .filter_map(|k| body.get(k).and_then(Value::as_array))
+                .map(|a| a.len() as u64)
+                .sum::<u64>(),
+        ),
+    };
     let mut over = overhead(api, Per::Request)
         .saturating_add(n_messages.saturating_mul(overhead(api, Per::Message)))
         .saturating_add(tools.saturating_mul(overhead(api, Per::Tool)));
