@@ -47,7 +47,12 @@ fn docs(v: &common::vendors::Vendors, ceiling: &str, budget: Option<&str>) -> Ve
     ]
 }
 
-async fn gateway(engine: Engine, test: &str, ceiling: &str, budget: Option<&str>) -> Option<Gateway> {
+async fn gateway(
+    engine: Engine,
+    test: &str,
+    ceiling: &str,
+    budget: Option<&str>,
+) -> Option<Gateway> {
     let (c, b) = (ceiling.to_string(), budget.map(str::to_string));
     common::start_on(engine, test, move |v| docs(v, &c, b.as_deref())).await
 }
@@ -86,7 +91,10 @@ async fn served_natively_on(engine: Engine) {
         return;
     };
     let body = recorded();
-    assert!(body.to_string().len() > 50_000, "the fixture is at full size");
+    assert!(
+        body.to_string().len() > 50_000,
+        "the fixture is at full size"
+    );
     let (status, h, bytes) = send(&g, &body).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
     assert_eq!(h["content-type"], "text/event-stream");
@@ -102,8 +110,14 @@ async fn served_natively_on(engine: Engine) {
     assert_eq!(sent[0].body, expected);
 
     quiesce_on(&g.ledger_db, 5).await;
-    let row = g.ledger_db.request(h["x-purser-request-id"].to_str().unwrap()).await;
-    assert_eq!((row.outcome.as_str(), row.ingress.as_str()), ("served", "responses"));
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(3000), Some(40)));
     // 952 uncached × 1.25 + 2048 cached × 0.125 + 40 output (30 reasoning) × 10, per M.
@@ -124,8 +138,11 @@ async fn codex_request_is_served_natively_postgres() {
 
 #[tokio::test]
 async fn a_plain_answer_is_the_vendors_own_and_priced_from_its_usage() {
-    let g = gateway(Engine::Sqlite, "responses_plain", "5.00", None).await.unwrap();
-    let (status, h, bytes) = send(&g, &json!({"model": MODEL, "input": "hi", "store": false})).await;
+    let g = gateway(Engine::Sqlite, "responses_plain", "5.00", None)
+        .await
+        .unwrap();
+    let (status, h, bytes) =
+        send(&g, &json!({"model": MODEL, "input": "hi", "store": false})).await;
     assert_eq!(status, 200);
     let v: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(v["object"], "response");
@@ -161,9 +178,14 @@ async fn a_spent_budget_is_a_400_codex_does_not_retry_postgres() {
 
 #[tokio::test]
 async fn server_side_state_and_hosted_tools_are_refused_under_a_hard_ceiling() {
-    let g = gateway(Engine::Sqlite, "responses_state", "5.00", None).await.unwrap();
+    let g = gateway(Engine::Sqlite, "responses_state", "5.00", None)
+        .await
+        .unwrap();
     for (extra, field) in [
-        (json!({"previous_response_id": "resp_0"}), "previous_response_id"),
+        (
+            json!({"previous_response_id": "resp_0"}),
+            "previous_response_id",
+        ),
         (json!({"store": true}), "store"),
         (json!({"tools": [{"type": "web_search"}]}), "tools[0]"),
     ] {
@@ -181,7 +203,9 @@ async fn server_side_state_and_hosted_tools_are_refused_under_a_hard_ceiling() {
 
 #[tokio::test]
 async fn an_error_event_before_content_is_classified_as_the_same_error() {
-    let g = gateway(Engine::Sqlite, "responses_error", "5.00", None).await.unwrap();
+    let g = gateway(Engine::Sqlite, "responses_error", "5.00", None)
+        .await
+        .unwrap();
     let err = r#"{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null}"#;
     g.vendors
         .script(PROVIDER, vec![Script::StreamErrorAfter(2, err.into())]);
@@ -194,5 +218,97 @@ async fn an_error_event_before_content_is_classified_as_the_same_error() {
     quiesce_on(&g.ledger_db, 5).await;
     let row = g.ledger_db.last_request().await;
     assert_eq!(row.attempts[0].class.as_deref(), Some("rate_limited"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+/// The `codex` executable: `PURSER_CODEX`, else `codex` on the PATH. `None` skips the
+/// real-client tests, except under `CI=true`, where `.ci/run` installs it.
+fn codex() -> Option<String> {
+    let exe = std::env::var("PURSER_CODEX").unwrap_or_else(|_| "codex".into());
+    let found = std::process::Command::new(&exe)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true but Codex CLI (`{exe}`) is not installed: .ci/run installs it");
+    }
+    found.then_some(exe)
+}
+
+/// One `codex exec` turn through purser: success, stdout, stderr, time taken.
+async fn codex_turn(exe: &str, g: &Gateway) -> (bool, String, String, std::time::Duration) {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "model = \"{MODEL}\"\nmodel_provider = \"gw\"\n[model_providers.gw]\nname = \"gw\"\nbase_url = \"http://{}/v1\"\nenv_key = \"GW_KEY\"\nwire_api = \"responses\"\n",
+            g.addr
+        ),
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = tokio::process::Command::new(exe)
+        .args(["exec", "--skip-git-repo-check", "say hi"])
+        .current_dir(work.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", home.path())
+        .env("GW_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), out)
+        .await
+        .expect("Codex did not exit within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn real_codex_turn_is_served_and_booked() {
+    let Some(exe) = codex() else { return };
+    let g = gateway(Engine::Sqlite, "responses_real_codex", "5.00", None)
+        .await
+        .unwrap();
+    let (ok, stdout, stderr, _) = codex_turn(&exe, &g).await;
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains(&format!("Hello from {PROVIDER}.")),
+        "{stdout}\n{stderr}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    let a = &row.attempts[0];
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(3000), Some(40)));
+    assert_eq!(a.cost, "0.001846");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn real_codex_exits_promptly_with_purser_reason_on_a_spent_budget() {
+    let Some(exe) = codex() else { return };
+    let g = gateway(Engine::Sqlite, "responses_real_spent", "5.00", Some("0.01"))
+        .await
+        .unwrap();
+    let (ok, stdout, stderr, took) = codex_turn(&exe, &g).await;
+    assert!(!ok, "a spent budget must fail the run: {stdout}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let shown = format!("{stdout}{stderr}");
+    assert!(
+        shown.contains("budget_exhausted"),
+        "purser's reason on screen: {shown}"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }

@@ -204,9 +204,7 @@ pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
     ),
     (
         "conversation",
-        Bearing::Unbounded(
-            "a stored conversation is billed as input the gateway cannot see",
-        ),
+        Bearing::Unbounded("a stored conversation is billed as input the gateway cannot see"),
     ),
     (
         "prompt",
@@ -257,7 +255,12 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
     };
     match obj.get("input") {
         None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
-        Some(_) => return Err(bad("`input` must be a string or an array of items", "input")),
+        Some(_) => {
+            return Err(bad(
+                "`input` must be a string or an array of items",
+                "input",
+            ));
+        }
     }
     let mut unbounded = Vec::new();
     for (k, v) in obj {
@@ -437,7 +440,12 @@ mod tests {
         names.sort_unstable();
         assert_eq!(
             names,
-            ["previous_response_id", "store", "tools[1]", "tools[2].tools[0]"]
+            [
+                "previous_response_id",
+                "store",
+                "tools[1]",
+                "tools[2].tools[0]"
+            ]
         );
         let p = parse_responses(&json!({"model": "m", "input": "hi", "store": false})).unwrap();
         assert!(p.unbounded.is_empty());

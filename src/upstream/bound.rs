@@ -359,7 +359,10 @@ pub fn input_tokens(
                 .get("tools")
                 .and_then(Value::as_array)
                 .map_or(0, |a| a.len() as u64);
-            (items.map_or(1, |a| a.len() as u64), top.saturating_add(nested))
+            (
+                items.map_or(1, |a| a.len() as u64),
+                top.saturating_add(nested),
+            )
         }
         Ingress::Chat | Ingress::Messages => (
             messages(body).len() as u64,
