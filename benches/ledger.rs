@@ -39,6 +39,7 @@ fn request(id: &str, now: time::OffsetDateTime, cost: Money) -> NewRequest {
         mode: Mode::Hard,
         ceiling: "1".parse().unwrap(),
         worst_case: cost,
+        ingress: Default::default(),
     }
 }
 

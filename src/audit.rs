@@ -31,8 +31,8 @@ pub enum AuditError {
 }
 
 /// Filters every listing accepts.
-const FILTERS: [&str; 8] = [
-    "since", "until", "provider", "policy", "client", "model", "class", "outcome",
+const FILTERS: [&str; 9] = [
+    "since", "until", "provider", "policy", "client", "model", "class", "outcome", "ingress",
 ];
 
 /// `requests`: filters plus one page.
@@ -108,6 +108,15 @@ fn filter(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
                 }
                 f.class = Some(v.clone());
             }
+            "ingress" => {
+                f.ingress = Some(crate::ingress::Ingress::parse(v).ok_or_else(|| {
+                    let names: Vec<&str> = crate::ingress::Ingress::ALL
+                        .iter()
+                        .map(|i| i.as_str())
+                        .collect();
+                    invalid(k, v, format!("one of {}", names.join(", ")))
+                })?);
+            }
             "outcome" => {
                 f.outcome = Some(RequestOutcome::parse(v).ok_or_else(|| {
                     let names: Vec<&str> = RequestOutcome::ALL.iter().map(|o| o.as_str()).collect();
@@ -173,12 +182,12 @@ pub struct SeriesQuery {
     pub group_by: GroupBy,
 }
 
-/// Groupings a series can stack by: every `GroupBy` but the time one, which the
-/// bucket already is.
+/// Groupings a series can stack by: those of the page's switch (the time one is the
+/// bucket already; the ingress API is a filter there, not a stack).
 fn series_group(g: GroupBy) -> bool {
     match g {
         GroupBy::Provider | GroupBy::Policy | GroupBy::Client | GroupBy::Model => true,
-        GroupBy::Day => false,
+        GroupBy::Day | GroupBy::Ingress => false,
     }
 }
 
@@ -221,13 +230,14 @@ pub fn attempts_query(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
 }
 
 /// The CSV header, in the order of `csv_record`.
-pub const CSV_HEADER: [&str; 25] = [
+pub const CSV_HEADER: [&str; 26] = [
     "request_id",
     "received_at",
     "policy",
     "client",
     "model",
     "plan_id",
+    "ingress",
     "seq",
     "provider",
     "upstream_model",
@@ -261,6 +271,7 @@ pub fn csv_record(line: &AttemptLine, currency: &str) -> Vec<String> {
         line.client.clone(),
         line.model.clone(),
         line.plan_id.clone(),
+        line.ingress.clone(),
         a.seq.to_string(),
         a.provider.clone(),
         a.upstream_model.clone(),
@@ -324,6 +335,7 @@ mod tests {
             ("class", "ratelimit", "rate_limited"),
             ("since", "yesterday", "RFC 3339"),
             ("outcome", "ok", "served"),
+            ("ingress", "grpc", "messages"),
             ("cursor", "zz", "next_cursor"),
             ("provdier", "x", "accepts"),
         ] {

@@ -20,6 +20,7 @@ pub mod failure;
 pub mod gateway;
 pub mod http;
 pub mod ids;
+pub mod ingress;
 pub mod ledger;
 pub mod metrics;
 pub mod money;

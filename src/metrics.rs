@@ -67,8 +67,8 @@ impl Metrics {
             requests: counter(
                 &r,
                 "purser_requests_total",
-                "Requests by policy and outcome (served, or the error code the client got).",
-                &["policy", "outcome"],
+                "Requests by ingress API (chat, messages, responses), policy and outcome (served, or the error code the client got).",
+                &["ingress", "policy", "outcome"],
             )?,
             attempts: counter(
                 &r,
@@ -136,8 +136,10 @@ impl Metrics {
         })
     }
 
-    pub fn request(&self, policy: &str, outcome: &str) {
-        self.requests.with_label_values(&[policy, outcome]).inc();
+    pub fn request(&self, ingress: crate::ingress::Ingress, policy: &str, outcome: &str) {
+        self.requests
+            .with_label_values(&[ingress.as_str(), policy, outcome])
+            .inc();
     }
 
     pub fn attempt(&self, provider: &str, class: &str, latency: Option<std::time::Duration>) {

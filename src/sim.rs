@@ -58,6 +58,7 @@ impl Sim {
         let app = Router::new()
             .route("/{provider}/v1/chat/completions", post(openai))
             .route("/{provider}/v1/messages", post(anthropic))
+            .route("/{provider}/v1/responses", post(responses))
             .route("/{provider}/v1beta/models/{rest}", post(gemini))
             .with_state(sim.clone());
         tokio::spawn(async move {
@@ -295,6 +296,54 @@ async fn anthropic(
         stream,
     )
     .await
+}
+
+/// OpenAI's Responses API: the same text and usage as the other answers, in the
+/// Responses shape (a `response` object, or its typed events).
+async fn responses(
+    State(sim): State<Sim>,
+    Path(provider): Path<String>,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    let model = model_of(&body);
+    let text = format!("Hello from {provider}.");
+    let message = json!({"type": "message", "id": "msg_sim", "status": "completed", "role": "assistant",
+                         "content": [{"type": "output_text", "text": text, "annotations": []}]});
+    let response = json!({"id": "resp_sim", "object": "response", "created_at": 1_764_000_000,
+        "status": "completed", "model": model, "output": [message],
+        "usage": {"input_tokens": 12, "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens": 8, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 20}});
+    match sim.next(&provider) {
+        Script::Status(s, err) => (
+            StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            [("content-type", "application/json")],
+            err,
+        )
+            .into_response(),
+        Script::Ok | Script::Delay(_) | Script::RequireKey(_) if wants_stream(&body) => {
+            let ev = |v: Value| {
+                let name = v["type"].as_str().unwrap_or_default().to_string();
+                format!("event: {name}\ndata: {v}\n\n")
+            };
+            sse_response(vec![
+                ev(json!({"type": "response.created", "sequence_number": 0,
+                          "response": {"id": "resp_sim", "object": "response", "status": "in_progress", "model": model, "output": []}})),
+                ev(
+                    json!({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_sim",
+                          "output_index": 0, "content_index": 0, "delta": text}),
+                ),
+                ev(
+                    json!({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0, "item": message}),
+                ),
+                ev(
+                    json!({"type": "response.completed", "sequence_number": 3, "response": response}),
+                ),
+            ])
+        }
+        Script::Ok | Script::Delay(_) | Script::RequireKey(_) => {
+            axum::Json(response).into_response()
+        }
+    }
 }
 
 async fn gemini(

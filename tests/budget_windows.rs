@@ -299,6 +299,7 @@ fn new_request(id: &str, worst: &str) -> NewRequest {
         mode: Mode::Soft,
         ceiling: m("1"),
         worst_case: m(worst),
+        ingress: Default::default(),
     }
 }
 

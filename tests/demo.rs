@@ -34,9 +34,9 @@ fn demo_once_prints_what_the_ledger_holds() {
         .skip(2)
         .take_while(|l| !l.trim().is_empty())
         .collect();
-    assert_eq!(rows.len(), 13, "{stdout}");
+    assert_eq!(rows.len(), 16, "{stdout}");
     // Every scenario is in the ledger, in order.
-    assert_eq!(ids.len(), 13, "refusals are recorded too");
+    assert_eq!(ids.len(), 16, "refusals are recorded too");
     for (line, id) in rows.iter().zip(&ids) {
         let r = purser::ledger::read::request(&conn, id).unwrap().unwrap();
         let cells: Vec<&str> = line.split('│').map(str::trim).collect();
@@ -55,6 +55,16 @@ fn demo_once_prints_what_the_ledger_holds() {
         assert_eq!(cells[3], attempts, "{line}");
     }
     assert!(stdout.contains("rate limit → alternate"));
+    // The agent-shaped scenarios: the recorded Claude Code and Codex requests.
+    let row = |name: &str| {
+        rows.iter()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {stdout}"))
+            .to_string()
+    };
+    assert!(row("Claude Code turn: 128k cap clamped").contains("anthropic-eu: success"));
+    assert!(row("Claude Code turn, hard ceiling").contains("ceiling_exceeded"));
+    assert!(row("Codex turn (Responses API)").contains("openai-us: success"));
     assert!(stdout.contains("openai-us: rate_limited → anthropic-eu: success"));
     assert!(stdout.contains("openai-us: timeout → anthropic-us: success"));
     assert!(stdout.contains("anthropic-eu: auth → anthropic-eu: success"));

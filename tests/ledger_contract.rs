@@ -92,6 +92,7 @@ fn req(id: &str, worst: &str) -> NewRequest {
         mode: Mode::Hard,
         ceiling: m("1"),
         worst_case: m(worst),
+        ingress: Default::default(),
     }
 }
 

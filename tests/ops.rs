@@ -75,21 +75,33 @@ async fn metrics_count_what_the_ledger_holds() {
     assert_eq!(
         get(
             "purser_requests_total",
-            &[("policy", "pol"), ("outcome", "served")]
+            &[
+                ("ingress", "chat"),
+                ("policy", "pol"),
+                ("outcome", "served")
+            ]
         ),
         3.0
     );
     assert_eq!(
         get(
             "purser_requests_total",
-            &[("policy", "pol"), ("outcome", "content_refusal")]
+            &[
+                ("ingress", "chat"),
+                ("policy", "pol"),
+                ("outcome", "content_refusal")
+            ]
         ),
         1.0
     );
     assert_eq!(
         get(
             "purser_requests_total",
-            &[("policy", "pol"), ("outcome", "model_not_allowed")]
+            &[
+                ("ingress", "chat"),
+                ("policy", "pol"),
+                ("outcome", "model_not_allowed")
+            ]
         ),
         1.0
     );

@@ -335,6 +335,7 @@ async fn a_top_up_for_a_recovered_request_is_refused() {
             mode: Mode::Soft,
             ceiling: m("1"),
             worst_case: m("0.1"),
+            ingress: Default::default(),
         },
         limits.clone(),
         NewAttempt {

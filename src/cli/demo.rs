@@ -56,8 +56,16 @@ const KEY_EU: &str = "sk-purser-demo-eu-analytics";
 /// Attempt timeout the demo gives the simulated providers, so a "timeout" is quick.
 const DEMO_TIMEOUT_MS: u64 = 400;
 
+/// The request Claude Code 2.1.332 sends for one "say hi" turn, recorded 2026-12-01.
+const CLAUDE_CODE_TURN: &str =
+    include_str!("../../tests/fixtures/agents/claude-code-2.1.332-say-hi.json");
+/// The request Codex CLI 0.169.0 sends for one "say hi" turn, recorded 2026-12-01.
+const CODEX_TURN: &str = include_str!("../../tests/fixtures/agents/codex-0.169.0-say-hi.json");
+
 struct Scenario {
     name: &'static str,
+    /// The client API; Messages and Responses send the recorded agent request.
+    ingress: crate::ingress::Ingress,
     key: &'static str,
     model: &'static str,
     max_tokens: Option<u64>,
@@ -69,6 +77,7 @@ fn scenarios() -> Vec<Scenario> {
     let s = |status: u16, body: &str| Script::Status(status, body.to_string());
     let sc = |name, key, model, scripts| Scenario {
         name,
+        ingress: crate::ingress::Ingress::Chat,
         key,
         model,
         max_tokens: None,
@@ -184,6 +193,28 @@ fn scenarios() -> Vec<Scenario> {
             )
         },
         sc("model not allowed", KEY_EU, "gpt-4o", vec![]),
+        Scenario {
+            ingress: crate::ingress::Ingress::Messages,
+            ..sc(
+                "Claude Code turn: 128k cap clamped",
+                KEY_RESEARCH,
+                "claude-sonnet",
+                vec![],
+            )
+        },
+        Scenario {
+            ingress: crate::ingress::Ingress::Messages,
+            ..sc(
+                "Claude Code turn, hard ceiling: no call",
+                KEY_EU,
+                "claude-sonnet",
+                vec![],
+            )
+        },
+        Scenario {
+            ingress: crate::ingress::Ingress::Responses,
+            ..sc("Codex turn (Responses API)", KEY_RESEARCH, "gpt-4o", vec![])
+        },
     ]
 }
 
@@ -309,12 +340,20 @@ async fn run(
             )
             .map_err(|e| e.to_string())?;
         }
-        let mut body = json!({"model": sc.model, "messages": [{"role": "user", "content": "Summarise our Q3 invoices in one line."}]});
+        let (path, mut body) = match sc.ingress {
+            crate::ingress::Ingress::Chat => (
+                "/v1/chat/completions",
+                json!({"model": sc.model, "messages": [{"role": "user", "content": "Summarise our Q3 invoices in one line."}]}),
+            ),
+            crate::ingress::Ingress::Messages => ("/v1/messages", recorded_body(CLAUDE_CODE_TURN)?),
+            crate::ingress::Ingress::Responses => ("/v1/responses", recorded_body(CODEX_TURN)?),
+        };
+        body["model"] = json!(sc.model);
         if let Some(n) = sc.max_tokens {
             body["max_tokens"] = json!(n);
         }
         let resp = client
-            .post(format!("http://{addr}/v1/chat/completions"))
+            .post(format!("http://{addr}{path}"))
             .bearer_auth(sc.key)
             .json(&body)
             .send()
@@ -394,6 +433,14 @@ async fn run(
     super::serve::shutdown_signal().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
     Ok(())
+}
+
+/// The body of a recorded agent request.
+fn recorded_body(recorded: &str) -> Result<Value, String> {
+    let v: Value = serde_json::from_str(recorded).map_err(|e| e.to_string())?;
+    v.get("body")
+        .cloned()
+        .ok_or_else(|| "a recorded request without a body".to_string())
 }
 
 pub fn table(rows: &[Row]) -> String {

@@ -22,6 +22,87 @@ pub struct Imagined {
     pub fields: Vec<String>,
     /// Media parts the request carries, by kind (`--part image`).
     pub parts: Vec<MediaKind>,
+    /// A real body (`--body`): bounded as the gateway bounds it, per destination.
+    pub body: Option<crate::upstream::ChatRequest>,
+}
+
+/// `explain --body FILE`: the request read from a file (a body, or a recorded request
+/// with its path), explained with the gateway's own bounds.
+pub fn explain_body(
+    dir: &Path,
+    policy: &str,
+    model: &str,
+    file: &Path,
+    ingress: Option<crate::ingress::Ingress>,
+) -> ExitCode {
+    use crate::ingress::Ingress;
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let v: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {} is not JSON: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    // A recorded request says by its path which API it was sent to.
+    let (recorded_path, mut body) = match (v.get("path").and_then(|p| p.as_str()), v.get("body")) {
+        (Some(p), Some(b)) => (Some(p.to_string()), b.clone()),
+        _ => (None, v),
+    };
+    let ingress = ingress.unwrap_or(match recorded_path.as_deref() {
+        Some(p) if p.starts_with("/v1/messages") => Ingress::Messages,
+        Some(p) if p.starts_with("/v1/responses") => Ingress::Responses,
+        Some(_) | None => Ingress::Chat,
+    });
+    if let Some(o) = body.as_object_mut() {
+        o.insert("model".into(), serde_json::Value::String(model.to_string()));
+    }
+    let parsed = match crate::gateway::ingress::parse(ingress, &body) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: the body cannot be read as a {ingress} request: {e}");
+            return ExitCode::from(EXIT_INVALID);
+        }
+    };
+    let messages = body
+        .get("messages")
+        .and_then(|m| m.as_array())
+        .map_or(0, |a| a.len() as u64);
+    println!(
+        "request: {} ({ingress} API, {} bytes, {messages} messages, max_tokens {})",
+        file.display(),
+        body.to_string().len(),
+        parsed
+            .max_tokens
+            .map_or_else(|| "absent".to_string(), |n| n.to_string())
+    );
+    let req = crate::upstream::ChatRequest {
+        body,
+        max_tokens: 0,
+        stream: parsed.stream,
+        ingress,
+        headers: Vec::new(),
+    };
+    explain(
+        dir,
+        policy,
+        model,
+        &Imagined {
+            input_bytes: 0,
+            messages,
+            max_tokens: parsed.max_tokens,
+            choices: parsed.choices,
+            fields: parsed.unbounded.into_iter().map(|(f, _)| f).collect(),
+            parts: Vec::new(),
+            body: Some(req),
+        },
+    )
 }
 
 use crate::gateway::SOFT_MEDIA_TOKENS;
@@ -35,6 +116,25 @@ fn imagined_bounds(
     output: u64,
     strict: bool,
 ) -> Result<TokenBounds, Unbounded> {
+    if let Some(body) = &req.body {
+        let undeclared = if strict {
+            crate::upstream::bound::Undeclared::Refuse
+        } else {
+            crate::upstream::bound::Undeclared::StandIn(SOFT_MEDIA_TOKENS)
+        };
+        if let Err((param, what)) = crate::gateway::ingress::check(body.ingress, d.api, &body.body)
+            && body.ingress != crate::ingress::Ingress::Chat
+        {
+            return Err(Unbounded { param, what });
+        }
+        return Ok(TokenBounds {
+            input: crate::upstream::bound::input_tokens(d, body, undeclared)?,
+            output,
+            reasoning: d.reasoning_budget().unwrap_or(0),
+            choices: req.choices.max(1),
+            tier: TierAsk::VendorPicks,
+        });
+    }
     let tools = u64::from(req.fields.iter().any(|f| f == "tools" || f == "functions"));
     let mut input = req
         .input_bytes
@@ -103,27 +203,39 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
     };
     let output = max_tokens.unwrap_or(p.max_output_tokens);
     let strict = p.needs_proof();
-    let _ = writeln!(
-        s,
-        "1. bounds, per destination over the request as its API receives it: input ≤ {input_bytes} bytes + {messages} × per-message + per-request overhead of that API{}; output ≤ {output} tokens per choice ({})",
-        if req.parts.is_empty() {
-            String::new()
-        } else {
-            format!(
-                " + each media part at its declared bound ({})",
-                req.parts
-                    .iter()
-                    .map(|k| k.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        },
-        if max_tokens.is_some() {
-            "the request's max_tokens"
-        } else {
-            "the policy's max_output_tokens"
-        }
-    );
+    if req.body.is_some() {
+        let _ = writeln!(
+            s,
+            "1. bounds, per destination over the body as its API receives it (the gateway's own bound: every byte sent + that API's overheads per request, message and tool); output ≤ {output} tokens per choice ({})",
+            if max_tokens.is_some() {
+                "the request's max_tokens"
+            } else {
+                "the policy's max_output_tokens"
+            }
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "1. bounds, per destination over the request as its API receives it: input ≤ {input_bytes} bytes + {messages} × per-message + per-request overhead of that API{}; output ≤ {output} tokens per choice ({})",
+            if req.parts.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " + each media part at its declared bound ({})",
+                    req.parts
+                        .iter()
+                        .map(|k| k.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
+            if max_tokens.is_some() {
+                "the request's max_tokens"
+            } else {
+                "the policy's max_output_tokens"
+            }
+        );
+    }
     if req.choices > 1 {
         let _ = writeln!(
             s,

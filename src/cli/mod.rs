@@ -87,6 +87,16 @@ pub enum Command {
         /// Counted at the bound its model entry declares (`media_tokens`).
         #[arg(long = "part", value_parser = media_kind)]
         parts: Vec<crate::policy::plan::MediaKind>,
+        /// A real request body (JSON), or a recorded request (`{"path", "headers",
+        /// "body"}`, as in tests/fixtures/agents/): its bounds are computed as the
+        /// gateway computes them, over the body as each destination receives it, and
+        /// its max_tokens, n and fields are read from it (the flags above are ignored).
+        #[arg(long)]
+        body: Option<PathBuf>,
+        /// The API the body is for when the file does not say (a recorded request's
+        /// path does): chat or messages.
+        #[arg(long, value_parser = ingress_name)]
+        ingress: Option<crate::ingress::Ingress>,
     },
     /// Run the gateway.
     Serve {
@@ -276,6 +286,11 @@ impl From<ApiArg> for crate::policy::plan::Api {
     }
 }
 
+fn ingress_name(s: &str) -> Result<crate::ingress::Ingress, String> {
+    crate::ingress::Ingress::parse(s)
+        .ok_or_else(|| format!("`{s}`: expected chat, messages or responses"))
+}
+
 fn media_kind(s: &str) -> Result<crate::policy::plan::MediaKind, String> {
     crate::policy::plan::MediaKind::ALL
         .into_iter()
@@ -303,19 +318,25 @@ pub fn run(cli: Cli) -> ExitCode {
             n,
             fields,
             parts,
-        } => explain::explain(
-            &dir,
-            &policy,
-            &model,
-            &explain::Imagined {
-                input_bytes,
-                messages,
-                max_tokens,
-                choices: n,
-                fields,
-                parts,
-            },
-        ),
+            body,
+            ingress,
+        } => match body {
+            Some(file) => explain::explain_body(&dir, &policy, &model, &file, ingress),
+            None => explain::explain(
+                &dir,
+                &policy,
+                &model,
+                &explain::Imagined {
+                    input_bytes,
+                    messages,
+                    max_tokens,
+                    choices: n,
+                    fields,
+                    parts,
+                    body: None,
+                },
+            ),
+        },
         Command::Audit(args) => runtime(audit::audit(&args)),
         Command::Migrate { db } => runtime(migrate(db)),
         Command::Backup { db, dest } => match crate::ledger::backup(&db, &dest) {

@@ -17,6 +17,7 @@ use super::{AttemptReport, GatewayError, LedgerStage, Reply, Served, truncate_re
 use crate::clock::Clock;
 use crate::decide::{self, Action, AlternateState, BudgetRoom, Decision};
 use crate::failure::{Billing, FailureClass};
+use crate::ingress::Ingress;
 use crate::ledger::{self, Ledger, LedgerError, NewAttempt};
 use crate::metrics::Metrics;
 use crate::money::Money;
@@ -252,7 +253,22 @@ impl Chain<'_> {
         sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
         let (usage, reply) = match api {
+            Api::Openai if self.req.ingress == Ingress::Responses => (
+                upstream::Usage {
+                    served_tier: upstream::openai::served_tier(&json),
+                    ..json
+                        .get("usage")
+                        .map_or_else(Default::default, upstream::openai::responses_usage)
+                },
+                Reply::Verbatim(raw),
+            ),
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
+            // A Messages request to Anthropic: the vendor's own answer is the client's.
+            Api::Anthropic if self.req.ingress == Ingress::Messages => (
+                json.get("usage")
+                    .map_or_else(Default::default, upstream::anthropic::usage),
+                Reply::Verbatim(raw),
+            ),
             Api::Anthropic | Api::Gemini => {
                 let (translated, usage) = upstream::translate(api, &at.dest, json);
                 (usage, Reply::Complete(translated))
@@ -329,9 +345,11 @@ impl Chain<'_> {
         let bill = seen.failure.bill(&at.dest, self.sel.bounds_for(&at.dest));
         let provider = self.plan.provider(&at.dest.provider);
         let unfit = match (&self.sel.alternate, at.on_alternate) {
-            (Some(a), false) => upstream::fields::check(a.destination.api, &self.req.body)
-                .err()
-                .map(|r| r.to_string()),
+            (Some(a), false) => {
+                super::ingress::check(self.req.ingress, a.destination.api, &self.req.body)
+                    .err()
+                    .map(|(_, why)| why)
+            }
             (None, _) | (Some(_), true) => None,
         };
         let alternate = match (&self.sel.alternate, at.on_alternate) {

@@ -8,6 +8,7 @@
 
 mod attempt;
 mod chain;
+pub mod ingress;
 mod recorder;
 pub mod request;
 mod stream;
@@ -28,8 +29,9 @@ use crate::policy::plan::{ClientRef, Destination, Mode, Plan, Policy};
 use crate::selection::{self, Refusal, TokenBounds, Unbounded};
 use crate::upstream::bound::Undeclared;
 use crate::upstream::{ChatRequest, Credentials};
+use ingress::Ingress;
 use recorder::{ClientWatch, InFlight, Recorder};
-use request::{Parsed, parse};
+use request::Parsed;
 
 /// Most bytes of an upstream message kept in the ledger and shown to clients.
 const MESSAGE_LIMIT: usize = 2048;
@@ -180,6 +182,15 @@ impl GatewayError {
             GatewayError::Upstream { class, .. } => class.as_str(),
         }
     }
+}
+
+/// One client call as the HTTP edge hands it over: which API it came in by, its body,
+/// and the client headers a native pass-through keeps (Anthropic's version and betas).
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub ingress: Ingress,
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
 }
 
 /// A served request.
@@ -394,6 +405,67 @@ impl Engine {
         Ok(policy.routes.keys().map(|m| m.to_string()).collect())
     }
 
+    /// `POST /v1/messages/count_tokens`: the input-token bound of sending this body to
+    /// the model's Anthropic destinations, the largest of them. An upper bound, not a
+    /// count: bytes plus the overhead table, the bound every ceiling is proved with.
+    /// Nothing is called and nothing is charged (Anthropic does not bill counting).
+    pub fn count_tokens(&self, key: Option<&str>, body: Value) -> Result<u64, GatewayError> {
+        let plan = self.plan();
+        let who = key
+            .and_then(|k| self.authenticate(&plan, k))
+            .ok_or(GatewayError::Unauthorized)?;
+        let policy = plan
+            .policy(who.policy.as_str())
+            .ok_or(GatewayError::Unauthorized)?;
+        let model = match body.get("model") {
+            Some(Value::String(m)) if !m.is_empty() => m.clone(),
+            _ => {
+                return Err(GatewayError::invalid(
+                    "missing required field `model`",
+                    Some("model"),
+                ));
+            }
+        };
+        let route = policy
+            .routes
+            .get(model.as_str())
+            .ok_or_else(|| GatewayError::model_not_allowed(policy, model.clone()))?;
+        let req = ChatRequest {
+            body,
+            max_tokens: 0,
+            stream: false,
+            ingress: Ingress::Messages,
+            headers: Vec::new(),
+        };
+        let undeclared = if policy.needs_proof() {
+            Undeclared::Refuse
+        } else {
+            Undeclared::StandIn(SOFT_MEDIA_TOKENS)
+        };
+        let mut most: Option<u64> = None;
+        for d in route
+            .pool
+            .iter()
+            .chain(&route.accounts)
+            .chain(&route.alternate)
+            .filter(|d| d.api == crate::policy::plan::Api::Anthropic)
+        {
+            let n = crate::upstream::bound::input_tokens(d, &req, undeclared).map_err(|u| {
+                GatewayError::invalid(
+                    format!("`{}` cannot be bounded: {}", u.param, u.what),
+                    Some(&u.param),
+                )
+            })?;
+            most = Some(most.map_or(n, |m| m.max(n)));
+        }
+        most.ok_or_else(|| GatewayError::NoDestination {
+            model,
+            policy: policy.id.to_string(),
+            hint: ". count_tokens is answered for models with an `api: anthropic` destination"
+                .into(),
+        })
+    }
+
     /// Admitted requests not yet finished in the ledger (shutdown waits for them).
     pub fn in_flight(&self) -> usize {
         self.inflight.count()
@@ -413,6 +485,21 @@ impl Engine {
         self: &Arc<Self>,
         key: Option<&str>,
         body: Value,
+        hold: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Result<Served, Failed> {
+        let call = Call {
+            ingress: Ingress::Chat,
+            body,
+            headers: Vec::new(),
+        };
+        self.call(key, call, hold).await
+    }
+
+    /// Handle one call of any ingress, as `chat` does.
+    pub async fn call(
+        self: &Arc<Self>,
+        key: Option<&str>,
+        body: Call,
         hold: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<Served, Failed> {
         let watch = ClientWatch::new(hold);
@@ -439,7 +526,7 @@ impl Engine {
     async fn chat_traced(
         self: &Arc<Self>,
         key: Option<&str>,
-        body: Value,
+        body: Call,
         watch: ClientWatch,
     ) -> Result<Served, Failed> {
         let span = tracing::info_span!(
@@ -448,7 +535,9 @@ impl Engine {
             policy = tracing::field::Empty,
             client = tracing::field::Empty,
             model = tracing::field::Empty,
+            ingress = body.ingress.as_str(),
         );
+        let ingress = body.ingress;
         let result = self
             .chat_inner(key, body, watch)
             .instrument(span.clone())
@@ -456,13 +545,13 @@ impl Engine {
         let _entered = span.enter();
         match &result {
             Ok(s) => {
-                self.metrics.request(&s.policy, "served");
+                self.metrics.request(ingress, &s.policy, "served");
                 tracing::info!(provider = %s.provider, attempts = s.attempts, cost = %s.cost, fallback = s.fallback, "served");
             }
             Err(f) => {
                 let code = f.error.code();
                 self.metrics
-                    .request(f.policy.as_deref().unwrap_or("-"), code);
+                    .request(ingress, f.policy.as_deref().unwrap_or("-"), code);
                 match &f.error {
                     // Upstream refusals are counted by class where they are decided.
                     GatewayError::Upstream { .. }
@@ -484,9 +573,14 @@ impl Engine {
     async fn chat_inner(
         self: &Arc<Self>,
         key: Option<&str>,
-        body: Value,
+        call: Call,
         watch: ClientWatch,
     ) -> Result<Served, Failed> {
+        let Call {
+            ingress,
+            body,
+            headers,
+        } = call;
         let active = self.active();
         let (plan, breakers) = (&active.plan, &*active.breakers);
         let no_id = |error| Failed {
@@ -508,7 +602,7 @@ impl Engine {
             policy: Some(policy.id.to_string()),
             error,
         };
-        let parsed = parse(&body).map_err(refused)?;
+        let parsed = ingress::parse(ingress, &body).map_err(refused)?;
         // A name longer than any configured one can only be refused: it is, before it
         // costs a ledger row (a 1 MB model name is not worth writing 1 MB for).
         if parsed.model.len() > active.longest_model {
@@ -540,6 +634,7 @@ impl Engine {
             mode: policy.ceiling.mode,
             ceiling: policy.ceiling.per_request,
             worst_case: Money::ZERO,
+            ingress,
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
@@ -552,12 +647,14 @@ impl Engine {
             body,
             max_tokens: 0,
             stream: parsed.stream,
+            ingress,
+            headers,
         };
         let selected = match self
             .select(plan, breakers, policy, &parsed, &req)
             .and_then(|s| {
-                crate::upstream::fields::check(s.primary.api, &req.body)
-                    .map_err(|r| GatewayError::invalid(r.to_string(), Some(&r.param)))
+                ingress::check(ingress, s.primary.api, &req.body)
+                    .map_err(|(param, why)| GatewayError::invalid(why, Some(&param)))
                     .map(|()| s)
             }) {
             Ok(s) => s,
@@ -663,6 +760,12 @@ impl Engine {
         };
         let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
+            // A destination that cannot take this ingress natively is never chosen.
+            if let Err((param, what)) = ingress::check(req.ingress, d.api, &req.body)
+                && req.ingress != Ingress::Chat
+            {
+                return Err(Unbounded { param, what });
+            }
             if let (true, selection::TierAsk::Tier(t)) = (strict, parsed.tier)
                 && !d.terms.service_tiers.contains_key(&t)
             {

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use super::{truncate_redact, upstream_message};
 use crate::breaker::Breaker;
 use crate::failure::{self, EventSignal, FailureClass};
+use crate::ingress::{ApiError, Ingress};
 use crate::ledger;
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination};
@@ -35,11 +36,14 @@ use crate::upstream::stream::{ChunkTranslator, SseDecoder, SseEvent};
 /// A stream that has produced content and is still open upstream.
 pub struct Live {
     api: Api,
+    /// Chat gets OpenAI chunks; a native pass-through (Messages to Anthropic) gets the
+    /// vendor's events as sent, the translator reading them only for the ledger.
+    ingress: Ingress,
     translator: ChunkTranslator,
     decoder: SseDecoder,
     body: Option<reqwest::Response>,
-    /// Chunks translated before the commit, sent first.
-    pending: Vec<Value>,
+    /// Events for the client, read before the commit, sent first.
+    pending: Vec<Bytes>,
     /// Events that arrived in the same read as the first content, after it: the
     /// tail reads them before anything else, so none is lost.
     backlog: Vec<SseEvent>,
@@ -93,12 +97,50 @@ async fn next(body: &mut reqwest::Response, idle: Duration) -> Step {
 }
 
 /// What one event says, read the same way as a plain answer.
-fn signal(api: Api, e: &SseEvent) -> Result<EventSignal, ()> {
+fn signal(api: Api, ingress: Ingress, e: &SseEvent) -> Result<EventSignal, ()> {
     if e.data.trim() == "[DONE]" {
         return Ok(EventSignal::Neutral);
     }
     let v: Value = serde_json::from_str(&e.data).map_err(|_| ())?;
-    Ok(failure::classify_event(api, e.event.as_deref(), &v))
+    match ingress {
+        Ingress::Responses => Ok(responses_signal(api, &v)),
+        Ingress::Chat | Ingress::Messages => {
+            Ok(failure::classify_event(api, e.event.as_deref(), &v))
+        }
+    }
+}
+
+/// A Responses API event. An `error` event or a `response.failed` is classified as the
+/// same error would be in a plain answer (its error object, as the body's `error`);
+/// generated output (`*.delta`) is content; the rest (lifecycle, item framing, the
+/// end) is neutral, the translator reading the usage and the end from it.
+fn responses_signal(api: Api, v: &Value) -> EventSignal {
+    let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
+    let error = match ty {
+        "error" => Some(v.clone()),
+        "response.failed" => Some(
+            v.pointer("/response/error")
+                .cloned()
+                .unwrap_or_else(|| json!({"message": "the response failed"})),
+        ),
+        _ => None,
+    };
+    if let Some(err) = error {
+        let body = json!({"error": err}).to_string();
+        return match failure::classify(api, 200, &[], &body) {
+            failure::Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
+            // An error that reads as no failure is still not an answer.
+            failure::Outcome::Success => EventSignal::Failure(
+                FailureClass::Unclassified,
+                "a Responses stream error event".into(),
+            ),
+        };
+    }
+    if ty.ends_with(".delta") {
+        EventSignal::Content
+    } else {
+        EventSignal::Neutral
+    }
 }
 
 /// What one pre-commit event means for the attempt.
@@ -122,13 +164,19 @@ enum Seen {
 /// the end of the answer.
 pub async fn first_content(
     api: Api,
+    ingress: Ingress,
     dest: &Destination,
     mut body: reqwest::Response,
     idle: Duration,
 ) -> Start {
+    let mut translator = ChunkTranslator::new(api, dest);
+    if ingress == Ingress::Responses {
+        translator.for_responses();
+    }
     let mut live = Live {
         api,
-        translator: ChunkTranslator::new(api, dest),
+        ingress,
+        translator,
         decoder: SseDecoder::default(),
         body: None,
         pending: Vec::new(),
@@ -242,6 +290,30 @@ pub async fn first_content(
 }
 
 impl Live {
+    /// Whether the client gets the vendor's own events (a native pass-through).
+    fn native(&self) -> bool {
+        match self.ingress {
+            Ingress::Chat => false,
+            Ingress::Messages | Ingress::Responses => true,
+        }
+    }
+
+    /// What one event gives the client, in its ingress's format: the vendor's event
+    /// as sent, or the chunks translated from it.
+    fn out(&self, e: &SseEvent, chunks: Vec<Value>) -> Vec<Bytes> {
+        if self.native() {
+            vec![raw(e)]
+        } else {
+            chunks.iter().map(sse).collect()
+        }
+    }
+
+    /// Keep an event read before the commit for the client.
+    fn hold(&mut self, e: &SseEvent, chunks: Vec<Value>) {
+        let out = self.out(e, chunks);
+        self.pending.extend(out);
+    }
+
     /// Read events for their usage only: nothing more reaches the client.
     fn read_rest(&mut self, events: &[SseEvent]) {
         for e in events {
@@ -270,7 +342,7 @@ async fn drain(live: &mut Live, body: &mut reqwest::Response) {
 }
 
 fn see(live: &mut Live, e: &SseEvent) -> Seen {
-    match signal(live.api, e) {
+    match signal(live.api, live.ingress, e) {
         Ok(EventSignal::Failure(class, reason)) => {
             // Read by the translator too: a failing event may carry usage, and whether
             // it set a finish reason tells a vendor's finish from an error event.
@@ -285,12 +357,12 @@ fn see(live: &mut Live, e: &SseEvent) -> Seen {
         }
         Ok(EventSignal::Content) => {
             let chunks = live.translator.event(e);
-            live.pending.extend(chunks);
+            live.hold(e, chunks);
             Seen::Commit
         }
         Ok(EventSignal::Neutral) => {
             let chunks = live.translator.event(e);
-            live.pending.extend(chunks);
+            live.hold(e, chunks);
             if live.translator.saw_end_marker() {
                 Seen::Finished
             } else {
@@ -304,6 +376,11 @@ fn see(live: &mut Live, e: &SseEvent) -> Seen {
 /// A 2xx that is one JSON answer instead of a stream: classified and, if it is a
 /// success, replayed as OpenAI chunks so the client gets one consistent stream.
 fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> Option<Start> {
+    // A native client asked for the vendor's events; a JSON body is not one, and
+    // making events up would not be the vendor's stream: the attempt is a cut.
+    if live.native() {
+        return None;
+    }
     let text = std::str::from_utf8(raw).ok()?;
     let v: Value = serde_json::from_str(text).ok()?;
     match failure::classify(api, 200, &[], text) {
@@ -336,7 +413,7 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
                     event: None,
                     data: data.to_string(),
                 });
-                live.pending.extend(chunks);
+                live.pending.extend(chunks.iter().map(sse));
             }
             live.translator = t;
             live.exhausted = true;
@@ -410,6 +487,24 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// A vendor's event as it sent it: its name and each line of its data (comments, ids
+/// and retry hints are not events and are not forwarded).
+fn raw(e: &SseEvent) -> Bytes {
+    let mut s = String::with_capacity(e.data.len() + 32);
+    if let Some(name) = &e.event {
+        s.push_str("event: ");
+        s.push_str(name);
+        s.push('\n');
+    }
+    for line in e.data.split('\n') {
+        s.push_str("data: ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push('\n');
+    Bytes::from(s)
+}
+
 impl Tail {
     pub async fn run(self, mut live: Live, tx: mpsc::Sender<Bytes>) {
         let mut out = Out {
@@ -418,7 +513,7 @@ impl Tail {
             deadline: live.idle,
         };
         for c in std::mem::take(&mut live.pending) {
-            out.send(sse(&c)).await;
+            out.send(c).await;
         }
         let backlog = std::mem::take(&mut live.backlog);
         let end = match forward(&mut live, backlog, &mut out).await {
@@ -511,20 +606,25 @@ impl Tail {
             tracing::error!(error = %err, %request_id, "cannot record the end of a stream");
         }
         match end {
+            // A native stream already carried the vendor's own end (`message_stop`).
+            End::Complete if live.native() => {}
             End::Complete => {
                 out.send(sse(&live.translator.usage_chunk(&cost.to_string())))
                     .await;
                 out.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
             }
             End::Failed { class, message, .. } => {
-                let err = json!({"error": {
-                    "message": format!("{} (provider {provider}, class {class}; the stream was cut after content was sent)", truncate_redact(&message, self.key.as_deref())),
-                    "type": "upstream_error",
-                    "code": class.as_str(),
-                    "provider": provider,
-                    "request_id": request_id,
-                }});
-                out.send(sse(&err)).await;
+                let err = ApiError::stream_cut(
+                    live.ingress,
+                    class,
+                    &provider,
+                    &request_id,
+                    format!(
+                        "{} (provider {provider}, class {class}; the stream was cut after content was sent)",
+                        truncate_redact(&message, self.key.as_deref())
+                    ),
+                );
+                out.send(err.stream_event()).await;
             }
         }
     }
@@ -590,7 +690,7 @@ fn ended(live: &Live) -> End {
 /// the stream read on for its usage. An error event ends the stream.
 async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Option<End> {
     for e in events {
-        let failure = match signal(live.api, &e) {
+        let failure = match signal(live.api, live.ingress, &e) {
             Ok(EventSignal::Failure(class, reason)) => Some((class, reason)),
             Ok(EventSignal::Content | EventSignal::Neutral) | Err(()) => None,
         };
@@ -605,8 +705,8 @@ async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Optio
                 message: upstream_message(&e.data),
             });
         }
-        for c in chunks {
-            out.send(sse(&c)).await;
+        for c in live.out(&e, chunks) {
+            out.send(c).await;
         }
         if live.translator.saw_end_marker() {
             return Some(End::Complete);

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use crate::gateway::{Engine, Failed, GatewayError, Reply, Served};
+use crate::ingress::{ApiError, Ingress};
 use crate::reload::Reloader;
 
 mod admin;
@@ -105,6 +106,9 @@ pub fn router(engine: Arc<Engine>, opts: Options) -> Router {
     };
     let r = Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/healthz", get(|| async { "ok" }))
@@ -190,13 +194,11 @@ async fn metrics(
         // Constant-time, as the admin token: a scrape must not leak the token's prefix.
         if !bearer(&headers).is_some_and(|given| token.matches(given)) {
             return envelope(
+                Ingress::Chat,
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "authentication_error",
                 "/metrics needs `Authorization: Bearer <PURSER_METRICS_TOKEN>`",
-                None,
-                None,
-                &[],
                 None,
             );
         }
@@ -229,7 +231,7 @@ async fn models(State(AppState { engine, .. }): State<AppState>, headers: Header
             "data": models.iter().map(|m| model_object(m, started())).collect::<Vec<_>>(),
         }))
         .into_response(),
-        Err(e) => error_response(None, &e),
+        Err(e) => error_response(Ingress::Chat, None, &e),
     }
 }
 
@@ -246,20 +248,101 @@ async fn model(
             axum::Json(model_object(&id, started())).into_response()
         }
         Ok(_) => envelope(
+            Ingress::Chat,
             StatusCode::NOT_FOUND,
             "model_not_found",
             "invalid_request_error",
             &format!("The model `{id}` does not exist or you do not have access to it."),
-            None,
-            None,
-            &[],
             Some("model"),
         ),
-        Err(e) => error_response(None, &e),
+        Err(e) => error_response(Ingress::Chat, None, &e),
     }
 }
 
 async fn chat(State(state): State<AppState>, req: Request) -> Response {
+    serve(state, req, Ingress::Chat).await
+}
+
+/// `POST /v1/messages` (Claude Code adds `?beta=true`, which changes nothing here).
+async fn messages(State(state): State<AppState>, req: Request) -> Response {
+    serve(state, req, Ingress::Messages).await
+}
+
+/// `POST /v1/messages/count_tokens`: purser's input bound for the body, an upper bound
+/// of what Anthropic would count (see `Engine::count_tokens`); free, like Anthropic's.
+async fn count_tokens(State(state): State<AppState>, req: Request) -> Response {
+    let ingress = Ingress::Messages;
+    let key = client_key(ingress, req.headers()).map(str::to_string);
+    let body = match read_body(req, state.body_limit).await {
+        Ok(b) => b,
+        Err(BodyRefusal::TooLarge(rest)) => {
+            linger(rest);
+            return envelope(
+                ingress,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "invalid_request_error",
+                "the request body is larger than this gateway accepts",
+                None,
+            );
+        }
+        Err(BodyRefusal::Unreadable(e)) => {
+            let e = GatewayError::invalid(format!("the request body could not be read: {e}"), None);
+            return error_response(ingress, None, &e);
+        }
+    };
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            let e = GatewayError::invalid(format!("the body is not valid JSON: {e}"), None);
+            return error_response(ingress, None, &e);
+        }
+    };
+    match state.engine.count_tokens(key.as_deref(), value) {
+        Ok(n) => axum::Json(json!({"input_tokens": n})).into_response(),
+        Err(e) => error_response(ingress, None, &e),
+    }
+}
+
+/// `POST /v1/responses` (OpenAI Responses, as Codex CLI speaks it).
+async fn responses(State(state): State<AppState>, req: Request) -> Response {
+    serve(state, req, Ingress::Responses).await
+}
+
+/// The client key: `Authorization: Bearer` for every ingress; Anthropic's clients may
+/// send it as `x-api-key` instead (`ANTHROPIC_API_KEY`).
+fn client_key(ingress: Ingress, headers: &HeaderMap) -> Option<&str> {
+    match ingress {
+        Ingress::Messages => bearer(headers).or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+        }),
+        Ingress::Chat | Ingress::Responses => bearer(headers),
+    }
+}
+
+/// The client's headers a native pass-through keeps: Anthropic's version and betas
+/// (a beta can change what the model does and what it bills, so none is dropped).
+fn forwarded_headers(ingress: Ingress, headers: &HeaderMap) -> Vec<(String, String)> {
+    match ingress {
+        Ingress::Messages => ["anthropic-version", "anthropic-beta"]
+            .into_iter()
+            .flat_map(|name| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .map(move |v| (name.to_string(), v.to_string()))
+            })
+            .collect(),
+        Ingress::Chat | Ingress::Responses => Vec::new(),
+    }
+}
+
+/// One client request of any ingress: key, permit, body, engine, answer.
+async fn serve(state: AppState, req: Request, ingress: Ingress) -> Response {
     let AppState {
         engine,
         in_flight,
@@ -269,43 +352,45 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
     // The key is checked from the headers before a byte of the body is read: a
     // stranger's 10 MiB costs the gateway nothing but its headers (and, so that the
     // stranger can read its 401, a bounded drain).
-    let key = bearer(req.headers()).map(str::to_string);
+    let key = client_key(ingress, req.headers()).map(str::to_string);
+    let forwarded = forwarded_headers(ingress, req.headers());
     let Some(who) = key
         .as_deref()
         .and_then(|k| engine.authenticate(&engine.plan(), k))
     else {
         // Counted and logged as the engine counts its own refusals.
-        engine.metrics.request("-", "unauthorized");
+        engine.metrics.request(ingress, "-", "unauthorized");
         engine.metrics.refusal("unauthorized");
         tracing::info!(code = "unauthorized", "not served");
         linger(req.into_body().into_data_stream());
-        return error_response(None, &GatewayError::Unauthorized);
+        return error_response(ingress, None, &GatewayError::Unauthorized);
     };
     // Taken before the body is read, so bodies in memory are bounded by the limit too.
     let Ok(permit) = in_flight.try_acquire_owned() else {
-        engine.metrics.request(who.policy.as_str(), "overloaded");
+        engine
+            .metrics
+            .request(ingress, who.policy.as_str(), "overloaded");
         engine.metrics.refusal("overloaded");
         tracing::info!(policy = %who.policy, client = %who.client, code = "overloaded", "not served: at --max-in-flight");
         linger(req.into_body().into_data_stream());
-        return overloaded();
+        return overloaded(ingress);
     };
     let body = match read_body(req, body_limit).await {
         Ok(b) => b,
         Err(BodyRefusal::TooLarge(rest)) => {
             linger(rest);
             return envelope(
+                ingress,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
                 "invalid_request_error",
                 "the request body is larger than this gateway accepts",
                 None,
-                None,
-                &[],
-                None,
             );
         }
         Err(BodyRefusal::Unreadable(e)) => {
             return error_response(
+                ingress,
                 None,
                 &GatewayError::invalid(format!("the request body could not be read: {e}"), None),
             );
@@ -315,6 +400,7 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
         Ok(v) => v,
         Err(e) => {
             return error_response(
+                ingress,
                 None,
                 &GatewayError::invalid(format!("the body is not valid JSON: {e}"), None),
             );
@@ -324,11 +410,16 @@ async fn chat(State(state): State<AppState>, req: Request) -> Response {
     drop(body);
     // The permit goes with the request: it runs detached from this connection, and
     // holds its place against the limit until its end is recorded.
-    match engine.chat(key.as_deref(), value, Some(permit)).await {
+    let call = crate::gateway::Call {
+        ingress,
+        body: value,
+        headers: forwarded,
+    };
+    match engine.call(key.as_deref(), call, Some(permit)).await {
         Ok(served) => served_response(served),
         Err(Failed {
             request_id, error, ..
-        }) => error_response(request_id.as_deref(), &error),
+        }) => error_response(ingress, request_id.as_deref(), &error),
     }
 }
 
@@ -383,15 +474,13 @@ fn linger(mut rest: axum::body::BodyDataStream) {
 }
 
 /// 503 for a request beyond `max_in_flight`: nothing was read, recorded or called.
-fn overloaded() -> Response {
+fn overloaded(ingress: Ingress) -> Response {
     let mut r = envelope(
+        ingress,
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded",
         "server_error",
         "the gateway is at its limit of requests in flight; retry after the time in Retry-After",
-        None,
-        None,
-        &[],
         None,
     );
     r.headers_mut()
@@ -442,122 +531,45 @@ fn served_response(s: Served) -> Response {
     resp
 }
 
-pub fn status_of(e: &GatewayError) -> StatusCode {
-    match e {
-        GatewayError::Unauthorized => StatusCode::UNAUTHORIZED,
-        GatewayError::InvalidRequest { .. } | GatewayError::NoDestination { .. } => {
-            StatusCode::BAD_REQUEST
-        }
-        GatewayError::ModelNotAllowed { .. } => StatusCode::FORBIDDEN,
-        GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => {
-            StatusCode::PAYMENT_REQUIRED
-        }
-        GatewayError::LedgerUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-        GatewayError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        GatewayError::Upstream { class, status, .. } => upstream_status(*class, *status),
-    }
+/// An error as the ingress answers it, with purser's headers.
+pub fn error_response(ingress: Ingress, request_id: Option<&str>, e: &GatewayError) -> Response {
+    api_error(ApiError::new(ingress, e, request_id))
 }
 
-fn upstream_status(class: crate::failure::FailureClass, status: Option<u16>) -> StatusCode {
-    use crate::failure::FailureClass as C;
-    match class {
-        // No upstream answered: purser itself has no usable credential for the
-        // provider. The client's key is fine, so this is not a 401.
-        C::Auth if status.is_none() => StatusCode::BAD_GATEWAY,
-        // Client-side classes keep the upstream's own status so SDKs raise the same error.
-        C::Auth
-        | C::ModelNotFound
-        | C::ContextLength
-        | C::ContentRefusal
-        | C::Malformed
-        | C::RateLimited => status
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .filter(|s| !s.is_success())
-            .unwrap_or(match class {
-                C::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-                C::Auth => StatusCode::UNAUTHORIZED,
-                C::ModelNotFound => StatusCode::NOT_FOUND,
-                C::ContextLength | C::ContentRefusal | C::Malformed => StatusCode::BAD_REQUEST,
-                // Not reached: the arm above takes only the classes listed there.
-                C::Timeout
-                | C::Overloaded
-                | C::CircuitOpen
-                | C::Connect
-                | C::Dropped
-                | C::ServerError
-                | C::Unclassified => StatusCode::BAD_GATEWAY,
-            }),
-        C::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        C::Overloaded | C::CircuitOpen => StatusCode::SERVICE_UNAVAILABLE,
-        C::Connect | C::Dropped | C::ServerError | C::Unclassified => StatusCode::BAD_GATEWAY,
-    }
-}
-
-fn error_type(e: &GatewayError) -> &'static str {
-    match e {
-        GatewayError::Unauthorized => "authentication_error",
-        GatewayError::InvalidRequest { .. }
-        | GatewayError::ModelNotAllowed { .. }
-        | GatewayError::NoDestination { .. } => "invalid_request_error",
-        GatewayError::CeilingExceeded(_) | GatewayError::BudgetExhausted(_) => "budget_error",
-        GatewayError::LedgerUnavailable { .. } | GatewayError::Internal(_) => "server_error",
-        GatewayError::Upstream { .. } => "upstream_error",
-    }
-}
-
-pub fn error_response(request_id: Option<&str>, e: &GatewayError) -> Response {
-    let (provider, attempts) = match e {
-        GatewayError::Upstream {
-            provider, attempts, ..
-        } => (Some(provider.as_str()), attempts.as_slice()),
-        GatewayError::Unauthorized
-        | GatewayError::InvalidRequest { .. }
-        | GatewayError::ModelNotAllowed { .. }
-        | GatewayError::NoDestination { .. }
-        | GatewayError::CeilingExceeded(_)
-        | GatewayError::BudgetExhausted(_)
-        | GatewayError::LedgerUnavailable { .. }
-        | GatewayError::Internal(_) => (None, &[][..]),
-    };
-    let mut r = envelope(
-        status_of(e),
-        e.code(),
-        error_type(e),
-        &e.to_string(),
-        provider,
-        request_id,
-        attempts,
-        e.param(),
-    );
-    if let Some(id) = request_id.and_then(|i| HeaderValue::from_str(i).ok()) {
+/// The one place an [`ApiError`] becomes an HTTP response.
+pub fn api_error(a: ApiError) -> Response {
+    let status = StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = (status, axum::Json(a.body())).into_response();
+    if let Some(id) = a
+        .request_id
+        .as_deref()
+        .and_then(|i| HeaderValue::from_str(i).ok())
+    {
         r.headers_mut().insert("x-purser-request-id", id);
     }
     r.headers_mut()
-        .insert("x-purser-attempts", HeaderValue::from(attempts.len()));
+        .insert("x-purser-attempts", HeaderValue::from(a.attempts.len()));
     r
 }
 
-// Each argument is one field of the OpenAI envelope DESIGN extends.
-#[allow(clippy::too_many_arguments)]
+/// A refusal of the edge itself, before the engine: see [`ApiError::edge`].
 fn envelope(
+    ingress: Ingress,
     status: StatusCode,
     code: &str,
-    ty: &str,
+    ty: &'static str,
     message: &str,
-    provider: Option<&str>,
-    request_id: Option<&str>,
-    attempts: &[crate::gateway::AttemptReport],
     param: Option<&str>,
 ) -> Response {
-    // `param` names the request field at fault, as OpenAI's own errors do.
-    let body = json!({"error": {
-        "message": message,
-        "type": ty,
-        "param": param,
-        "code": code,
-        "provider": provider,
-        "request_id": request_id,
-        "attempts": attempts,
-    }});
-    (status, axum::Json(body)).into_response()
+    let mut r = api_error(ApiError::edge(
+        ingress,
+        status.as_u16(),
+        code,
+        ty,
+        message,
+        param,
+    ));
+    // Nothing was attempted: no attempts header on an edge refusal.
+    r.headers_mut().remove("x-purser-attempts");
+    r
 }

@@ -63,6 +63,7 @@ pub struct Filter {
     /// `success` or a failure class name.
     pub class: Option<String>,
     pub outcome: Option<RequestOutcome>,
+    pub ingress: Option<crate::ingress::Ingress>,
 }
 
 /// One instant in both stored forms: milliseconds (requests) and the canonical
@@ -114,16 +115,19 @@ pub enum GroupBy {
     Policy,
     Client,
     Model,
+    /// The client API (`chat`, `messages`, `responses`).
+    Ingress,
     Day,
 }
 
 impl GroupBy {
-    pub const ALL: [GroupBy; 5] = [
+    pub const ALL: [GroupBy; 6] = [
         GroupBy::Provider,
         GroupBy::Policy,
         GroupBy::Client,
         GroupBy::Model,
         GroupBy::Day,
+        GroupBy::Ingress,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -132,6 +136,7 @@ impl GroupBy {
             GroupBy::Policy => "policy",
             GroupBy::Client => "client",
             GroupBy::Model => "model",
+            GroupBy::Ingress => "ingress",
             GroupBy::Day => "day",
         }
     }
@@ -163,6 +168,7 @@ pub struct AttemptLine {
     pub client: String,
     pub model: String,
     pub plan_id: String,
+    pub ingress: String,
     #[serde(flatten)]
     pub attempt: AttemptRow,
 }

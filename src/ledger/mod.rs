@@ -237,6 +237,8 @@ pub struct NewRequest {
     pub mode: Mode,
     pub ceiling: Money,
     pub worst_case: Money,
+    /// The client API it came in by.
+    pub ingress: crate::ingress::Ingress,
 }
 
 /// A period budget to reserve against.

@@ -42,6 +42,8 @@ pub struct RequestRow {
     pub error_code: Option<String>,
     pub served_by: Option<String>,
     pub cost: String,
+    /// The client API it came in by (`chat`, `messages`, `responses`).
+    pub ingress: String,
     pub attempts: Vec<AttemptRow>,
 }
 

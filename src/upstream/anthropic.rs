@@ -8,9 +8,60 @@ use super::{
     ChatRequest, Part, Prepared, Speaker, Turn, Usage, completion, count, data_url, stop_sequences,
     turns,
 };
+use crate::ingress::Ingress;
 use crate::policy::plan::Destination;
 
 pub fn prepare(
+    dest: &Destination,
+    base_url: &str,
+    key: Option<&str>,
+    req: &ChatRequest,
+) -> Prepared {
+    match req.ingress {
+        Ingress::Messages => native(dest, base_url, key, req),
+        Ingress::Chat | Ingress::Responses => translated(dest, base_url, key, req),
+    }
+}
+
+/// A Messages API body, passed through: every field kept as the client sent it, but
+/// the model is the destination's upstream id and `max_tokens` the proved bound (the
+/// one cap that reaches the vendor). The client's `anthropic-version` and
+/// `anthropic-beta` headers go with it; purser's key replaces the client's.
+fn native(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRequest) -> Prepared {
+    let mut body = req.body.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.insert("model".into(), json!(dest.upstream_model));
+        o.insert("max_tokens".into(), json!(req.max_tokens));
+    }
+    let mut headers: Vec<(&'static str, String)> = Vec::new();
+    let mut version = None;
+    for (k, v) in &req.headers {
+        match k.as_str() {
+            "anthropic-version" => version = Some(v.clone()),
+            "anthropic-beta" => headers.push(("anthropic-beta", v.clone())),
+            // Only the two above are collected by the HTTP edge.
+            _ => {}
+        }
+    }
+    headers.insert(
+        0,
+        (
+            "anthropic-version",
+            version.unwrap_or_else(|| "2023-06-01".to_string()),
+        ),
+    );
+    if let Some(k) = key {
+        headers.push(("x-api-key", k.to_string()));
+    }
+    Prepared {
+        url: format!("{base_url}/messages"),
+        headers,
+        body,
+    }
+}
+
+/// A chat-completions body translated to the Messages API.
+fn translated(
     dest: &Destination,
     base_url: &str,
     key: Option<&str>,

@@ -17,6 +17,7 @@
 use serde_json::Value;
 
 use super::ChatRequest;
+use crate::ingress::Ingress;
 use crate::policy::plan::{Api, Destination, MediaKind};
 
 /// What an overhead is counted per.
@@ -182,6 +183,87 @@ pub fn media_parts(api: Api, body: &Value) -> Vec<Media> {
     out
 }
 
+/// Every media block of an Anthropic Messages body as it is sent (natively), at any
+/// depth (a tool result carries images and documents too). A block's tokens are its
+/// bytes unless it carries its content by reference or encoded: a `source` object
+/// (base64, URL or file), or a `file_id`. A text document (`source.type: text`) is
+/// its bytes. A rule over block types, so a type purser has not seen is still judged.
+fn by_reference(b: &Value) -> bool {
+    b.get("file_id").is_some()
+        || b.get("source")
+            .filter(|s| s.is_object())
+            .is_some_and(|s| s.get("type").and_then(Value::as_str) != Some("text"))
+}
+
+/// Every media part of a Responses body's `input`, at any depth: an image, file or
+/// audio part is media whether it carries its bytes or a reference, because its tokens
+/// are not its bytes.
+pub fn responses_media_parts(body: &Value) -> Vec<Media> {
+    fn walk(v: &Value, at: &str, out: &mut Vec<Media>) {
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{at}[{i}]"), out);
+                }
+            }
+            Value::Object(o) => {
+                let kind = match o.get("type").and_then(Value::as_str) {
+                    Some("input_image") => Some(Some(MediaKind::Image)),
+                    Some("input_file") => Some(Some(MediaKind::File)),
+                    Some("input_audio") => Some(Some(MediaKind::Audio)),
+                    _ => None,
+                };
+                if let Some(kind) = kind {
+                    out.push(Media {
+                        param: at.to_string(),
+                        kind,
+                    });
+                    return;
+                }
+                for (k, inner) in o {
+                    if inner.is_array() || inner.is_object() {
+                        walk(inner, &format!("{at}.{k}"), out);
+                    }
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Some(input) = body.get("input") {
+        walk(input, "input", &mut out);
+    }
+    out
+}
+
+pub fn native_media_parts(body: &Value) -> Vec<Media> {
+    fn walk(blocks: &[Value], at: &str, out: &mut Vec<Media>) {
+        for (j, b) in blocks.iter().enumerate() {
+            let here = format!("{at}[{j}]");
+            if by_reference(b) {
+                out.push(Media {
+                    param: here.clone(),
+                    kind: match b.get("type").and_then(Value::as_str) {
+                        Some("image") => Some(MediaKind::Image),
+                        Some("document") => Some(MediaKind::File),
+                        _ => None,
+                    },
+                });
+            }
+            if let Some(Value::Array(inner)) = b.get("content") {
+                walk(inner, &format!("{here}.content"), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, m) in messages(body).iter().enumerate() {
+        if let Some(Value::Array(blocks)) = m.get("content") {
+            walk(blocks, &format!("messages[{i}].content"), &mut out);
+        }
+    }
+    out
+}
+
 fn messages(body: &Value) -> &[Value] {
     body.get("messages")
         .and_then(Value::as_array)
@@ -236,7 +318,12 @@ pub fn input_tokens(
 ) -> Result<u64, Unbounded> {
     let api = dest.api;
     let mut media_tokens = 0u64;
-    for m in media_parts(api, &req.body) {
+    let media = match req.ingress {
+        Ingress::Messages => native_media_parts(&req.body),
+        Ingress::Responses => responses_media_parts(&req.body),
+        Ingress::Chat => media_parts(api, &req.body),
+    };
+    for m in media {
         let declared = dest.terms.media_tokens.bound(m.kind);
         let tokens = match (declared, undeclared) {
             (Some(t), _) => t,
@@ -258,12 +345,34 @@ pub fn input_tokens(
     }
     let text = sent_bytes(dest, req);
     let body = &req.body;
-    let n_messages = messages(body).len() as u64;
-    let tools = ["tools", "functions"]
-        .iter()
-        .filter_map(|k| body.get(k).and_then(Value::as_array))
-        .map(|a| a.len() as u64)
-        .sum::<u64>();
+    let (n_messages, tools) = match req.ingress {
+        // Each input item is framed like a message; tools may sit inside items too.
+        Ingress::Responses => {
+            let items = body.get("input").and_then(Value::as_array);
+            let nested: u64 = items
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.get("tools").and_then(Value::as_array))
+                .map(|a| a.len() as u64)
+                .sum();
+            let top = body
+                .get("tools")
+                .and_then(Value::as_array)
+                .map_or(0, |a| a.len() as u64);
+            (
+                items.map_or(1, |a| a.len() as u64),
+                top.saturating_add(nested),
+            )
+        }
+        Ingress::Chat | Ingress::Messages => (
+            messages(body).len() as u64,
+            ["tools", "functions"]
+                .iter()
+                .filter_map(|k| body.get(k).and_then(Value::as_array))
+                .map(|a| a.len() as u64)
+                .sum::<u64>(),
+        ),
+    };
     let mut over = overhead(api, Per::Request)
         .saturating_add(n_messages.saturating_mul(overhead(api, Per::Message)))
         .saturating_add(tools.saturating_mul(overhead(api, Per::Tool)));
@@ -284,6 +393,13 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
         Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
+        Api::Anthropic if req.ingress == Ingress::Messages => {
+            // The client's body with the model and cap rewritten: walked in place (no
+            // copy of a large prompt per candidate), plus what the rewrite can add.
+            content_walk(&req.body, "messages", "content", by_reference)
+                .saturating_add(dest.upstream_model.len() as u64)
+                .saturating_add(OPENAI_EDITS)
+        }
         Api::Anthropic => {
             let p = super::anthropic::prepare(dest, "", None, req);
             content_walk(&p.body, "messages", "content", |b| {
@@ -434,6 +550,8 @@ mod tests {
             body,
             max_tokens: 12_345_678_901,
             stream: true,
+            ingress: crate::ingress::Ingress::Chat,
+            headers: Vec::new(),
         }
     }
 
@@ -513,6 +631,49 @@ mod tests {
         );
         let declared = input_tokens(&files, &req(body), Undeclared::Refuse).unwrap();
         assert_eq!(declared, soft - 1_600 + 50_000);
+    }
+
+    #[test]
+    fn a_native_messages_body_counts_blocks_by_bytes_and_sources_as_media() {
+        let body = json!({"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "sys"}],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}},
+                    {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain words"}}]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "c2ln"},
+                    {"type": "tool_use", "id": "t1", "name": "Read", "input": {"path": "a"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [
+                        {"type": "text", "text": "ok"},
+                        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}]});
+        let media = native_media_parts(&body);
+        let found: Vec<(&str, Option<MediaKind>)> =
+            media.iter().map(|m| (m.param.as_str(), m.kind)).collect();
+        assert_eq!(
+            found,
+            [
+                ("messages[0].content[1]", Some(MediaKind::Image)),
+                ("messages[2].content[0].content[1]", Some(MediaKind::Image)),
+            ]
+        );
+        let mut r = req(body);
+        r.ingress = crate::ingress::Ingress::Messages;
+        let none = dest(Api::Anthropic, MediaTokens::default());
+        let e = input_tokens(&none, &r, Undeclared::Refuse).unwrap_err();
+        assert_eq!(e.param, "messages[0].content[1]");
+        let images = dest(
+            Api::Anthropic,
+            MediaTokens {
+                image: Some(1_600),
+                ..MediaTokens::default()
+            },
+        );
+        let n = input_tokens(&images, &r, Undeclared::Refuse).unwrap();
+        // Every byte of the body as sent is counted (less the top-level image), plus
+        // two images at their bound.
+        assert!(n >= json_len(&r.body) - 100 + 3_200, "{n}");
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub struct ChatRequest {
     pub max_tokens: u64,
     /// Ask the upstream to stream (the client asked for `stream: true`).
     pub stream: bool,
+    /// The client API it came in by: a Messages body goes to Anthropic as it is.
+    pub ingress: crate::ingress::Ingress,
+    /// Client headers a native pass-through forwards (`anthropic-beta`, `-version`).
+    pub headers: Vec<(String, String)>,
 }
 
 /// One HTTP call, ready to send.
@@ -697,6 +701,8 @@ mod tests {
                 {"role": "user", "content": "again"}]}),
             max_tokens: 77,
             stream: false,
+            ingress: crate::ingress::Ingress::Chat,
+            headers: Vec::new(),
         }
     }
 

@@ -12,6 +12,9 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
+    if req.ingress == crate::ingress::Ingress::Responses {
+        return responses(dest, base_url, key, req);
+    }
     let mut body = req.body.clone();
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
@@ -48,6 +51,47 @@ pub fn prepare(
         url: format!("{base_url}/chat/completions"),
         headers,
         body,
+    }
+}
+
+/// A Responses API body, passed through: the upstream model id, and the proved output
+/// bound in `max_output_tokens`, added when the client sent none (Codex never does).
+fn responses(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRequest) -> Prepared {
+    let mut body = req.body.clone();
+    if let Some(o) = body.as_object_mut() {
+        o.insert("model".into(), json!(dest.upstream_model));
+        o.insert("max_output_tokens".into(), json!(req.max_tokens));
+    }
+    let mut headers = vec![];
+    if let Some(k) = key {
+        headers.push(("authorization", format!("Bearer {k}")));
+    }
+    Prepared {
+        url: format!("{base_url}/responses"),
+        headers,
+        body,
+    }
+}
+
+/// A Responses API `usage` object (a response's, or the one `response.completed`
+/// carries): input with its cached part, output with its reasoning part, each output
+/// figure read at its largest reading as for chat.
+pub fn responses_usage(u: &Value) -> Usage {
+    let input = count(u, "/input_tokens");
+    let cached = count(u, "/input_tokens_details/cached_tokens");
+    let reasoning = count(u, "/output_tokens_details/reasoning_tokens");
+    let from_total = match (count(u, "/total_tokens"), input) {
+        (Some(t), Some(p)) => Some(t.saturating_sub(p)),
+        _ => None,
+    };
+    Usage {
+        input: input.map(|p| p.max(cached.unwrap_or(0))),
+        cached_input: cached,
+        cache_write: input.map(|_| 0),
+        output: super::largest([count(u, "/output_tokens"), from_total])
+            .map(|o| o.max(reasoning.unwrap_or(0))),
+        reasoning,
+        ..Usage::default()
     }
 }
 

@@ -153,6 +153,9 @@ pub struct ChunkTranslator {
     /// An event carried output: content, reasoning, a tool call, anything the model
     /// generated (the attempt has started, so it is billable).
     generated: bool,
+    /// The stream is the OpenAI Responses API's (typed events), read for the ledger
+    /// only: it is forwarded as sent.
+    responses: bool,
 }
 
 /// A JSON value that says something: not null, `false`, an empty string, array or
@@ -195,7 +198,13 @@ impl ChunkTranslator {
             role_sent: false,
             ended: false,
             generated: false,
+            responses: false,
         }
+    }
+
+    /// Read a Responses API stream instead of chat chunks.
+    pub fn for_responses(&mut self) {
+        self.responses = true;
     }
 
     /// Whether the stream has carried any generated output (content, reasoning, a tool
@@ -274,6 +283,10 @@ impl ChunkTranslator {
         let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
             return vec![];
         };
+        if self.responses {
+            self.responses_event(&v);
+            return vec![];
+        }
         match self.api {
             Api::Openai => self.openai(v),
             Api::Anthropic => self.anthropic(e.event.as_deref(), &v),
@@ -374,6 +387,34 @@ impl ChunkTranslator {
                 vec![]
             }
             _ => vec![],
+        }
+    }
+
+    /// One Responses API event: any `*.delta` is generated output; the response's end
+    /// (`completed`, `incomplete`) carries its usage and its status, as does a failure.
+    fn responses_event(&mut self, v: &Value) {
+        let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
+        if ty.ends_with(".delta") && v.get("delta").is_some_and(nonempty) {
+            self.generated = true;
+        }
+        if let Some(end) = ty.strip_prefix("response.")
+            && matches!(end, "completed" | "incomplete" | "failed")
+        {
+            if let Some(u) = v.pointer("/response/usage").filter(|u| u.is_object()) {
+                self.usage = Usage {
+                    served_tier: v
+                        .pointer("/response/service_tier")
+                        .and_then(Value::as_str)
+                        .map(super::ServedTier::parse),
+                    ..super::openai::responses_usage(u)
+                };
+            }
+            // A failed response is a failure of the attempt (its error is classified
+            // where the event is read), not the answer's end: its usage still counts.
+            if end != "failed" {
+                self.finish = Some(end.to_string());
+                self.ended = true;
+            }
         }
     }
 

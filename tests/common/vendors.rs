@@ -127,6 +127,8 @@ struct Book {
     /// Per provider: how many events each write of a normal stream carries, cycling
     /// through the list call by call (absent: one event per write).
     batches: HashMap<String, Vec<usize>>,
+    /// Per provider: the headers of each Anthropic call, in order (names lowercase).
+    headers: HashMap<String, Vec<Vec<(String, String)>>>,
 }
 
 #[derive(Clone)]
@@ -175,6 +177,7 @@ impl Vendors {
         let app = Router::new()
             .route("/{provider}/v1/chat/completions", post(openai))
             .route("/{provider}/v1/messages", post(anthropic))
+            .route("/{provider}/v1/responses", post(openai_responses))
             .route("/{provider}/v1beta/models/{call}", post(gemini))
             .with_state(v.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -225,6 +228,17 @@ impl Vendors {
     }
 
     /// The keys `provider` was sent, in order.
+    /// The headers of each call `provider` received on its Anthropic Messages route.
+    pub fn headers_seen(&self, provider: &str) -> Vec<Vec<(String, String)>> {
+        self.book
+            .lock()
+            .unwrap()
+            .headers
+            .get(provider)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     pub fn keys_seen(&self, provider: &str) -> Vec<String> {
         self.sent(provider).into_iter().map(|c| c.key).collect()
     }
@@ -511,7 +525,58 @@ async fn anthropic(
     body: axum::Json<Value>,
 ) -> Response {
     let who = (header(&h, "x-api-key"), header(&h, "x-purser-attempt"));
+    let seen: Vec<(String, String)> = h
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    v.book
+        .lock()
+        .unwrap()
+        .headers
+        .entry(provider.clone())
+        .or_default()
+        .push(seen);
     answer_named_in_body(v, Api::Anthropic, provider, who, body.0).await
+}
+
+/// OpenAI's Responses API: the normal answer is `openai-responses.json` (or `.sse`
+/// for a stream); a status script answers with that status and body; a stream error
+/// script sends that many events of the normal stream, then the body as an `error`
+/// event. Other scripts answer normally.
+async fn openai_responses(
+    State(v): State<Vendors>,
+    Path(provider): Path<String>,
+    h: HeaderMap,
+    body: axum::Json<Value>,
+) -> Response {
+    let key = header(&h, "authorization")
+        .strip_prefix("Bearer ")
+        .unwrap_or_default()
+        .to_string();
+    let model = body.0["model"].as_str().unwrap_or_default().to_string();
+    let stream = body.0["stream"].as_bool().unwrap_or(false);
+    let (script, _) = v.take_batched(
+        &provider,
+        Call {
+            key,
+            body: body.0,
+            attempt: header(&h, "x-purser-attempt"),
+        },
+    );
+    let evs = || named_events("openai-responses", &provider, &model);
+    match script {
+        Script::Status(status, body) => json(StatusCode::from_u16(status).unwrap(), body),
+        Script::StreamErrorAfter(n, body) => {
+            let mut e: Vec<String> = evs().into_iter().take(n).collect();
+            e.push(format!("event: error\ndata: {body}\n\n"));
+            sse(e, None, 0)
+        }
+        _ if stream => sse(evs(), None, 0),
+        _ => json(
+            StatusCode::OK,
+            fixture("openai-responses.json", &provider, &model),
+        ),
+    }
 }
 
 /// OpenAI and Anthropic name the model and ask for a stream in the body.

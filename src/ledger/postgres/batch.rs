@@ -32,6 +32,8 @@ struct Requests<'a> {
     mode: Vec<&'static str>,
     ceiling: Vec<Decimal>,
     worst_case: Vec<Decimal>,
+    /// Sent after the statement's other parameters (its last), not in `params`.
+    ingress: Vec<&'static str>,
 }
 
 impl<'a> Requests<'a> {
@@ -45,6 +47,7 @@ impl<'a> Requests<'a> {
         self.mode.push(r.mode.as_str());
         self.ceiling.push(r.ceiling.decimal());
         self.worst_case.push(r.worst_case.decimal());
+        self.ingress.push(r.ingress.as_str());
     }
 
     fn params(&self) -> [Param<'_>; 9] {
@@ -303,7 +306,7 @@ pub async fn apply(
     let refusal_params: Vec<Param<'_>> = r
         .params()
         .into_iter()
-        .chain([&b.refusal_codes as Param<'_>, &replica])
+        .chain([&b.refusal_codes as Param<'_>, &replica, &r.ingress])
         .collect();
     let f = &b.finished;
     let finished_params: [Param<'_>; 13] = [
@@ -345,6 +348,7 @@ pub async fn apply(
             &a.a_req,
         ])
         .chain(a.firsts.params())
+        .chain([&a.requests.ingress as Param<'_>])
         .collect();
     let begin_params: Vec<Param<'_>> = b
         .begins

@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 2] = [
+pub const MIGRATIONS: [(u32, &str, &str); 3] = [
     (
         1,
         "0001_init",
@@ -17,6 +17,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 2] = [
         2,
         "0002_window_seed",
         include_str!("../../../migrations/postgres/0002_window_seed.sql"),
+    ),
+    (
+        3,
+        "0003_ingress",
+        include_str!("../../../migrations/postgres/0003_ingress.sql"),
     ),
 ];
 

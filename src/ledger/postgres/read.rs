@@ -20,7 +20,7 @@ use crate::money::Money;
 type Param = Box<dyn ToSql + Sync + Send>;
 
 const REQUEST_COLUMNS: &str = "r.id, r.received_at, r.client, r.policy, r.plan_id, r.model, r.mode, r.ceiling, r.worst_case, \
-     r.outcome, r.error_code, r.served_by, r.cost";
+     r.outcome, r.error_code, r.served_by, r.cost, r.ingress";
 
 const ATTEMPT_COLUMNS: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
      a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis";
@@ -58,6 +58,7 @@ fn request_from_row(r: &Row) -> Result<RequestRow, LedgerError> {
         error_code: r.try_get(10)?,
         served_by: r.try_get(11)?,
         cost: money(r, 12)?,
+        ingress: r.try_get(13)?,
         attempts: vec![],
     })
 }
@@ -156,6 +157,9 @@ pub(super) fn request_conditions(c: &mut Clause, f: &Filter) {
             c.push(&format!("{col} = ?"), v.clone());
         }
     }
+    if let Some(i) = f.ingress {
+        c.push("r.ingress = ?", i.as_str());
+    }
     if let Some(o) = f.outcome {
         c.push("r.outcome = ?", o.as_str());
     }
@@ -199,7 +203,7 @@ pub async fn requests(
     let rows = c.query(&sql, &w.params()).await?;
     let mut page = Vec::with_capacity(rows.len());
     for r in &rows {
-        let seq: i64 = r.try_get(13)?;
+        let seq: i64 = r.try_get(14)?;
         page.push((request_from_row(r)?, seq));
     }
     let more = page.len() > limit as usize;
@@ -246,6 +250,7 @@ pub(super) fn key_sql(by: GroupBy) -> &'static str {
         GroupBy::Policy => "r.policy",
         GroupBy::Client => "r.client",
         GroupBy::Model => "r.model",
+        GroupBy::Ingress => "r.ingress",
         GroupBy::Day => "to_char(a.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
     }
 }
@@ -253,7 +258,10 @@ pub(super) fn key_sql(by: GroupBy) -> &'static str {
 /// Spend per group, summed by PostgreSQL in NUMERIC (exact).
 pub async fn spend(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
     let (w, mut join) = attempt_conditions(f);
-    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
+    join |= matches!(
+        by,
+        GroupBy::Policy | GroupBy::Client | GroupBy::Model | GroupBy::Ingress
+    );
     let sql = format!(
         "SELECT {key} AS k, a.billing, count(*), COALESCE(sum(a.cost), 0), COALESCE(sum(a.worst_case), 0)
          FROM attempts a {join} {where_} GROUP BY 1, 2",
@@ -309,7 +317,7 @@ pub async fn attempt_lines(
 ) -> Result<(), LedgerError> {
     let (w, _) = attempt_conditions(f);
     let sql = format!(
-        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, {ATTEMPT_COLUMNS}
+        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, r.ingress, {ATTEMPT_COLUMNS}
          FROM attempts a JOIN requests r ON r.id = a.request_id {where_}
          ORDER BY a.started_at, a.request_id, a.seq",
         where_ = w.render(),
@@ -326,7 +334,8 @@ pub async fn attempt_lines(
             client: r.try_get(3)?,
             model: r.try_get(4)?,
             plan_id: r.try_get(5)?,
-            attempt: attempt_from_row(&r, 6)?,
+            ingress: r.try_get(6)?,
+            attempt: attempt_from_row(&r, 7)?,
         };
         if tx.send(Ok(line)).await.is_err() {
             break;

@@ -57,6 +57,9 @@ pub(super) fn request_conditions(c: &mut Clause, f: &Filter) {
             c.push(&format!("{col} = ?"), v.clone());
         }
     }
+    if let Some(i) = f.ingress {
+        c.push("r.ingress = ?", i.as_str());
+    }
     if let Some(o) = f.outcome {
         c.push("r.outcome = ?", o.as_str());
     }
@@ -106,7 +109,7 @@ pub fn requests(
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut rows: Vec<(RequestRow, i64)> = stmt
         .query_map(params_from_iter(c.args.iter()), |r| {
-            Ok((super::read::request_from_row(r)?, r.get(13)?))
+            Ok((super::read::request_from_row(r)?, r.get(14)?))
         })?
         .collect::<Result<_, _>>()?;
     let more = rows.len() > limit as usize;
@@ -133,6 +136,7 @@ pub(super) fn key_sql(by: GroupBy) -> &'static str {
         GroupBy::Policy => "r.policy",
         GroupBy::Client => "r.client",
         GroupBy::Model => "r.model",
+        GroupBy::Ingress => "r.ingress",
         GroupBy::Day => "substr(a.started_at, 1, 10)",
     }
 }
@@ -163,7 +167,10 @@ pub(super) fn attempt_conditions(f: &Filter) -> (Clause, bool) {
 /// sort every attempt of the window first.
 pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
     let (c, mut join) = attempt_conditions(f);
-    join |= matches!(by, GroupBy::Policy | GroupBy::Client | GroupBy::Model);
+    join |= matches!(
+        by,
+        GroupBy::Policy | GroupBy::Client | GroupBy::Model | GroupBy::Ingress
+    );
     let sql = format!(
         "SELECT {key}, a.billing, a.cost, a.worst_case FROM attempts a {join} {where_}",
         key = key_sql(by),
@@ -229,7 +236,7 @@ pub fn each_attempt(
 ) -> Result<(), LedgerError> {
     let (c, _) = attempt_conditions(f);
     let sql = format!(
-        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, {cols}
+        "SELECT r.id, r.received_at, r.policy, r.client, r.model, r.plan_id, r.ingress, {cols}
          FROM attempts a JOIN requests r ON r.id = a.request_id {where_}
          ORDER BY a.started_at, a.request_id, a.seq",
         cols = super::read::ATTEMPT_COLUMNS_A,
@@ -245,7 +252,8 @@ pub fn each_attempt(
             client: r.get(3)?,
             model: r.get(4)?,
             plan_id: r.get(5)?,
-            attempt: super::read::attempt_from_row(r, 6)?,
+            ingress: r.get(6)?,
+            attempt: super::read::attempt_from_row(r, 7)?,
         };
         if !each(line) {
             break;

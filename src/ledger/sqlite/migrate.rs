@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 6] = [
+pub const MIGRATIONS: [(u32, &str, &str); 7] = [
     (
         1,
         "0001_init",
@@ -37,6 +37,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 6] = [
         6,
         "0006_cost_basis",
         include_str!("../../../migrations/sqlite/0006_cost_basis.sql"),
+    ),
+    (
+        7,
+        "0007_ingress",
+        include_str!("../../../migrations/sqlite/0007_ingress.sql"),
     ),
 ];
 

@@ -53,8 +53,8 @@ fn insert_request(
 ) -> Result<(), LedgerError> {
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ingress)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         r.id,
@@ -70,6 +70,7 @@ fn insert_request(
         outcome,
         error_code,
         reserved_in,
+        r.ingress.as_str(),
     ])?;
     Ok(())
 }

@@ -26,7 +26,7 @@ pub fn open_reader(path: &Path) -> Result<Connection, LedgerError> {
 
 /// The request columns `request_from_row` reads, in order, qualified by alias `r`.
 pub(super) const REQUEST_COLUMNS_R: &str = "r.id, r.received_at, r.client, r.policy, r.plan_id, r.model, r.mode, r.ceiling, r.worst_case, \
-     r.outcome, r.error_code, r.served_by, r.cost";
+     r.outcome, r.error_code, r.served_by, r.cost, r.ingress";
 
 /// The attempt columns `attempt_from_row` reads, in order, qualified by alias `a`.
 pub(super) const ATTEMPT_COLUMNS_A: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
@@ -47,6 +47,7 @@ pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
         error_code: r.get(10)?,
         served_by: r.get(11)?,
         cost: r.get(12)?,
+        ingress: r.get(13)?,
         attempts: vec![],
     })
 }

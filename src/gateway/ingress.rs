@@ -1,0 +1,462 @@
+//! What differs by ingress before the chain runs: how a body is read into the parts
+//! the ceiling needs (`Parsed`), and which provider APIs can take it. Everything after
+//! (selection, admission, the chain, the ledger) is shared.
+//!
+//! The Anthropic Messages body passes through natively to `api: anthropic`
+//! destinations; to other APIs it is refused, naming the API, until a faithful
+//! translation exists.
+
+use serde_json::Value;
+
+use super::GatewayError;
+use super::request::{self, Bearing, Parsed};
+pub use crate::ingress::Ingress;
+use crate::policy::plan::{Api, ServiceTier};
+use crate::selection::TierAsk;
+
+/// Every Anthropic Messages field purser knows, and its bearing on cost. A field not
+/// listed is unknown: its cost cannot be bounded, so a hard ceiling refuses it.
+pub const MESSAGES_FIELDS: &[(&str, Bearing)] = &[
+    ("model", Bearing::Neutral),
+    ("messages", Bearing::Input),
+    ("system", Bearing::Input),
+    ("max_tokens", Bearing::OutputCap),
+    ("metadata", Bearing::Neutral),
+    ("stop_sequences", Bearing::Input),
+    ("stream", Bearing::Neutral),
+    ("temperature", Bearing::Neutral),
+    ("top_p", Bearing::Neutral),
+    ("top_k", Bearing::Neutral),
+    // Tools are input (their bytes are counted); server tools are refused below.
+    ("tools", Bearing::Input),
+    ("tool_choice", Bearing::Input),
+    // Extended thinking (fixed budget or adaptive) is billed inside `max_tokens`.
+    ("thinking", Bearing::Neutral),
+    // Clears earlier context: it can only lower the input the bound already counts.
+    ("context_management", Bearing::Neutral),
+    // Effort and output format: the format's schema is sent, so counted as input.
+    ("output_config", Bearing::Input),
+    ("service_tier", Bearing::Tier),
+    (
+        "container",
+        Bearing::Unbounded("a code-execution container is billed by the hour it runs"),
+    ),
+    (
+        "mcp_servers",
+        Bearing::Unbounded(
+            "remote MCP tools run inside the call: their results are input the bound does not see",
+        ),
+    ),
+];
+
+/// Anthropic-defined tools the client runs (bash, text editor, computer use, memory):
+/// only their definitions are sent, counted like any tool. Every other typed tool runs
+/// on Anthropic's side inside the call (web search, web fetch, code execution, tool
+/// search, and any named later), adding input the bound cannot see and, for some, a
+/// per-use fee: a rule over unlisted tools, not a list of the billed ones.
+const CLIENT_TOOL_PREFIXES: [&str; 4] = ["bash_", "text_editor_", "computer_", "memory_"];
+
+fn bad(message: impl Into<String>, param: &str) -> GatewayError {
+    GatewayError::invalid(message, Some(param))
+}
+
+/// The client's body as the ceiling sees it, read by its ingress's rules.
+pub fn parse(ingress: Ingress, body: &Value) -> Result<Parsed, GatewayError> {
+    match ingress {
+        Ingress::Chat => request::parse(body),
+        Ingress::Messages => parse_messages(body),
+        Ingress::Responses => parse_responses(body),
+    }
+}
+
+/// An Anthropic Messages body.
+pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
+    let model = match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
+        None => return Err(bad("missing required field `model`", "model")),
+    };
+    match obj.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => {
+            for (i, m) in a.iter().enumerate() {
+                if m.get("role").and_then(Value::as_str).is_none() {
+                    let p = format!("messages[{i}].role");
+                    return Err(bad(format!("{p} must be a string"), &p));
+                }
+            }
+        }
+        Some(Value::Array(_)) => return Err(bad("`messages` must not be empty", "messages")),
+        Some(_) => return Err(bad("`messages` must be an array", "messages")),
+        None => return Err(bad("missing required field `messages`", "messages")),
+    }
+    let mut unbounded = Vec::new();
+    for (k, v) in obj {
+        let bearing = MESSAGES_FIELDS
+            .iter()
+            .find(|(f, _)| f == k)
+            .map(|(_, b)| *b);
+        match bearing {
+            Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
+            Some(_) => {}
+            None => unbounded.push((k.clone(), "purser does not know what this field costs")),
+        }
+    }
+    for (i, t) in obj
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let server_side = match t.get("type").and_then(Value::as_str) {
+            None | Some("custom") => false,
+            Some(ty) => !CLIENT_TOOL_PREFIXES.iter().any(|p| ty.starts_with(p)),
+        };
+        if server_side {
+            unbounded.push((
+                format!("tools[{i}]"),
+                "a server tool runs inside the call: its results are input the bound does not see, and some are billed per use",
+            ));
+        }
+    }
+    let tier = match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) => match t.as_str() {
+            "auto" => TierAsk::VendorPicks,
+            "standard_only" => TierAsk::Standard,
+            other => match ServiceTier::parse(other) {
+                Some(t) => TierAsk::Tier(t),
+                None => {
+                    unbounded.push((
+                        "service_tier".into(),
+                        "a service tier purser has no rates for",
+                    ));
+                    TierAsk::VendorPicks
+                }
+            },
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    };
+    let max_tokens = match obj.get("max_tokens") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad("`max_tokens` must be a positive integer", "max_tokens"))?,
+        ),
+    };
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
+    };
+    Ok(Parsed {
+        model,
+        stream,
+        max_tokens,
+        // The Messages API has no `n`: one answer per call.
+        choices: 1,
+        tier,
+        unbounded,
+    })
+}
+
+/// Every OpenAI Responses field purser knows, and its bearing on cost.
+pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
+    ("model", Bearing::Neutral),
+    // Every input item is sent: messages, tool calls and outputs, reasoning items
+    // (their encrypted content too), Codex's `additional_tools`.
+    ("input", Bearing::Input),
+    ("instructions", Bearing::Input),
+    ("max_output_tokens", Bearing::OutputCap),
+    ("stream", Bearing::Neutral),
+    ("stream_options", Bearing::Neutral),
+    ("tools", Bearing::Input),
+    ("tool_choice", Bearing::Input),
+    ("parallel_tool_calls", Bearing::Neutral),
+    ("max_tool_calls", Bearing::Neutral),
+    // Reasoning tokens are output tokens, inside `max_output_tokens`.
+    ("reasoning", Bearing::Neutral),
+    // Verbosity and the output format, whose schema is sent.
+    ("text", Bearing::Input),
+    ("include", Bearing::Neutral),
+    ("prompt_cache_key", Bearing::Neutral),
+    ("prompt_cache_retention", Bearing::Neutral),
+    ("safety_identifier", Bearing::Neutral),
+    ("user", Bearing::Neutral),
+    ("metadata", Bearing::Neutral),
+    // Codex's own identifiers, which OpenAI accepts and ignores.
+    ("client_metadata", Bearing::Neutral),
+    ("temperature", Bearing::Neutral),
+    ("top_p", Bearing::Neutral),
+    ("top_logprobs", Bearing::Neutral),
+    // `auto` drops input that does not fit: it can only lower what the bound counts.
+    ("truncation", Bearing::Neutral),
+    ("service_tier", Bearing::Tier),
+    (
+        "previous_response_id",
+        Bearing::Unbounded(
+            "the conversation before it is stored at the vendor and billed as input the gateway cannot see",
+        ),
+    ),
+    (
+        "conversation",
+        Bearing::Unbounded("a stored conversation is billed as input the gateway cannot see"),
+    ),
+    (
+        "prompt",
+        Bearing::Unbounded("a stored prompt's text is billed as input the gateway cannot see"),
+    ),
+    (
+        "background",
+        Bearing::Unbounded("a background response is billed after the gateway's call has ended"),
+    ),
+];
+
+/// Tool types the client runs: only their definitions are sent (a namespace holds
+/// more of them). Every other type runs at the vendor inside the call (web search,
+/// file search, code interpreter, image generation, remote MCP, and any named later),
+/// billed per call or adding input the bound cannot see.
+const CLIENT_TOOL_TYPES: [&str; 6] = [
+    "function",
+    "custom",
+    "namespace",
+    "local_shell",
+    "shell",
+    "apply_patch",
+];
+
+/// Hosted tools among `tools`, at any depth of namespaces, as (path, type).
+fn hosted_tools(tools: &[Value], at: &str, out: &mut Vec<String>) {
+    for (i, t) in tools.iter().enumerate() {
+        let here = format!("{at}[{i}]");
+        match t.get("type").and_then(Value::as_str) {
+            Some(ty) if CLIENT_TOOL_TYPES.contains(&ty) => {}
+            _ => out.push(here.clone()),
+        }
+        if let Some(Value::Array(inner)) = t.get("tools") {
+            hosted_tools(inner, &format!("{here}.tools"), out);
+        }
+    }
+}
+
+/// An OpenAI Responses body.
+pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
+    let model = match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
+        None => return Err(bad("missing required field `model`", "model")),
+    };
+    match obj.get("input") {
+        None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+        Some(_) => {
+            return Err(bad(
+                "`input` must be a string or an array of items",
+                "input",
+            ));
+        }
+    }
+    let mut unbounded = Vec::new();
+    for (k, v) in obj {
+        let bearing = RESPONSES_FIELDS
+            .iter()
+            .find(|(f, _)| f == k)
+            .map(|(_, b)| *b);
+        match bearing {
+            Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
+            Some(_) => {}
+            None if k == "store" => {
+                if v == &Value::Bool(true) {
+                    unbounded.push((
+                        k.clone(),
+                        "a stored response is billed again as input when a later turn continues from it, out of the gateway's sight",
+                    ));
+                }
+            }
+            None => unbounded.push((k.clone(), "purser does not know what this field costs")),
+        }
+    }
+    let mut hosted = Vec::new();
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        hosted_tools(tools, "tools", &mut hosted);
+    }
+    for (i, item) in obj
+        .get("input")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(Value::Array(tools)) = item.get("tools") {
+            hosted_tools(tools, &format!("input[{i}].tools"), &mut hosted);
+        }
+    }
+    for h in hosted {
+        unbounded.push((
+            h,
+            "a hosted tool runs at the vendor inside the call: billed per call, its results input the bound does not see",
+        ));
+    }
+    let tier = match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) => match t.as_str() {
+            "auto" => TierAsk::VendorPicks,
+            "default" => TierAsk::Standard,
+            other => match ServiceTier::parse(other) {
+                Some(t) => TierAsk::Tier(t),
+                None => {
+                    unbounded.push((
+                        "service_tier".into(),
+                        "a service tier purser has no rates for",
+                    ));
+                    TierAsk::VendorPicks
+                }
+            },
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    };
+    let max_tokens = match obj.get("max_output_tokens") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+            bad(
+                "`max_output_tokens` must be a positive integer",
+                "max_output_tokens",
+            )
+        })?),
+    };
+    let stream = match obj.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
+    };
+    Ok(Parsed {
+        model,
+        stream,
+        max_tokens,
+        choices: 1,
+        tier,
+        unbounded,
+    })
+}
+
+/// Why a destination's API cannot take a request of this ingress.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{param}`: a {} request passes through natively only to `api: {}` destinations, and purser has no faithful translation of it to provider API `{}` yet",
+    ingress.as_str(),
+    native.as_str(),
+    api.as_str()
+)]
+pub struct NotNative {
+    pub ingress: Ingress,
+    pub native: Api,
+    pub api: Api,
+    pub param: String,
+}
+
+/// Whether a destination speaking `api` can take this request: the chat translation
+/// table for chat (`upstream::fields`), native pass-through only for the others.
+pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
+    match ingress {
+        Ingress::Chat => {
+            crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
+        }
+        Ingress::Messages => native(ingress, Api::Anthropic, api),
+        Ingress::Responses => native(ingress, Api::Openai, api),
+    }
+}
+
+fn native(ingress: Ingress, native: Api, api: Api) -> Result<(), (String, String)> {
+    if api == native {
+        return Ok(());
+    }
+    let r = NotNative {
+        ingress,
+        native,
+        api,
+        param: "model".into(),
+    };
+    Err((r.param.clone(), r.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_recorded_claude_code_body_is_all_known_fields() {
+        let raw = include_str!("../../tests/fixtures/agents/claude-code-2.1.332-say-hi.json");
+        let v: Value = serde_json::from_str(raw).unwrap();
+        let p = parse_messages(&v["body"]).unwrap();
+        assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
+        assert_eq!(p.max_tokens, Some(128_000));
+        assert!(p.stream);
+    }
+
+    #[test]
+    fn server_tools_and_unknown_fields_are_named() {
+        let p = parse_messages(&json!({
+            "model": "m", "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [
+                {"name": "a", "input_schema": {}},
+                {"type": "bash_20250124", "name": "bash"},
+                {"type": "web_search_20250305", "name": "web_search"},
+            ],
+            "brand_new": true,
+        }))
+        .unwrap();
+        let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(names, ["brand_new", "tools[2]"]);
+    }
+
+    #[test]
+    fn the_recorded_codex_body_is_all_known_fields_and_client_tools() {
+        let raw = include_str!("../../tests/fixtures/agents/codex-0.169.0-say-hi.json");
+        let v: Value = serde_json::from_str(raw).unwrap();
+        let p = parse_responses(&v["body"]).unwrap();
+        assert!(p.unbounded.is_empty(), "{:?}", p.unbounded);
+        assert_eq!(p.max_tokens, None);
+        assert!(p.stream);
+    }
+
+    #[test]
+    fn server_state_and_hosted_tools_are_named() {
+        let p = parse_responses(&json!({
+            "model": "m", "input": "hi", "store": true, "previous_response_id": "resp_1",
+            "tools": [{"type": "function", "name": "f"}, {"type": "web_search"},
+                      {"type": "namespace", "name": "n", "tools": [{"type": "file_search"}]}],
+        }))
+        .unwrap();
+        let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "previous_response_id",
+                "store",
+                "tools[1]",
+                "tools[2].tools[0]"
+            ]
+        );
+        let p = parse_responses(&json!({"model": "m", "input": "hi", "store": false})).unwrap();
+        assert!(p.unbounded.is_empty());
+    }
+
+    #[test]
+    fn messages_go_natively_to_anthropic_only() {
+        let b = json!({});
+        assert!(check(Ingress::Messages, Api::Anthropic, &b).is_ok());
+        let (param, why) = check(Ingress::Messages, Api::Openai, &b).unwrap_err();
+        assert_eq!(param, "model");
+        assert!(why.contains("`api: anthropic`"), "{why}");
+    }
+}

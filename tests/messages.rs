@@ -1,0 +1,589 @@
+//! The Anthropic Messages ingress (`POST /v1/messages`), with the request Claude Code
+//! 2.1.332 really sends (`tests/fixtures/agents/`, 49 kB, recorded 2026-12-01) at full
+//! size, through purser to a mock Anthropic vendor over loopback, on SQLite and
+//! PostgreSQL: native pass-through, the stream forwarded byte for byte, the ledger's
+//! tokens and cost, the ceiling's clamp and refusal, a spent budget in Anthropic's
+//! envelope with a status Claude Code does not retry.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+mod common;
+
+use common::db::Engine;
+use common::money::{assert_money_invariants_on, quiesce_on};
+use common::vendors::Script;
+use common::{Gateway, provider, sha};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-claude-code-client";
+const MODEL: &str = "claude-opus-5-5";
+const UPSTREAM: &str = "claude-opus-5-5-20261201";
+const PROVIDER: &str = "anth";
+
+/// The recorded Claude Code request: its body, and the headers a client sends.
+fn recorded() -> (Value, Vec<(String, String)>) {
+    let raw = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/agents/claude-code-2.1.332-say-hi.json"
+    ))
+    .unwrap();
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    let headers = v["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h[0].as_str().unwrap().to_string(),
+                h[1].as_str().unwrap().to_string(),
+            )
+        })
+        // Transport headers are the HTTP client's to write; the key is this test's.
+        .filter(|(k, _)| {
+            !matches!(
+                k.to_ascii_lowercase().as_str(),
+                "host" | "content-length" | "connection" | "accept-encoding" | "authorization"
+            )
+        })
+        .collect();
+    (v["body"].clone(), headers)
+}
+
+/// An Anthropic provider serving `MODEL` under its own id, at Opus-like rates with
+/// cache rates, and a policy with a hard ceiling.
+fn docs(
+    v: &common::vendors::Vendors,
+    ceiling: &str,
+    on_exceed: &str,
+    budget: Option<&str>,
+) -> Vec<String> {
+    let p = provider(v, PROVIDER, "anthropic", "eu", &[]);
+    let p = format!(
+        "{p}  {MODEL}:\n    upstream: {UPSTREAM}\n    context_window: 1000000\n    input_per_mtok: \"5\"\n    output_per_mtok: \"25\"\n    cached_input_per_mtok: \"0.5\"\n    cache_write_per_mtok: \"6.25\"\n    cache_write_1h_per_mtok: \"10\"\n"
+    );
+    let budgets = budget
+        .map(|b| format!("budgets:\n  - {{ period: day, limit: \"{b}\" }}\n"))
+        .unwrap_or_default();
+    vec![
+        p,
+        format!(
+            "kind: policy\nid: agents\nclients:\n  - id: claude-code\n    key_sha256: \"{}\"\nmodels: [{MODEL}]\njurisdictions: [eu]\nceiling:\n  per_request: \"{ceiling}\"\n  mode: hard\n  on_exceed: {on_exceed}\nmax_output_tokens: 4096\n{budgets}",
+            sha(KEY)
+        ),
+    ]
+}
+
+async fn gateway(
+    engine: Engine,
+    test: &str,
+    ceiling: &str,
+    on_exceed: &str,
+    budget: Option<&str>,
+) -> Option<Gateway> {
+    let (c, o, b) = (
+        ceiling.to_string(),
+        on_exceed.to_string(),
+        budget.map(str::to_string),
+    );
+    common::start_on(engine, test, move |v| docs(v, &c, &o, b.as_deref())).await
+}
+
+/// POST the body to `/v1/messages?beta=true` as Claude Code does (bearer key, its
+/// headers); status, headers and the raw body bytes.
+async fn send(
+    g: &Gateway,
+    body: &Value,
+    headers: &[(String, String)],
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let mut rb = reqwest::Client::new()
+        .post(g.url(path))
+        .bearer_auth(KEY)
+        .body(body.to_string());
+    for (k, v) in headers {
+        rb = rb.header(k, v);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let h = r.headers().clone();
+    (status, h, r.bytes().await.unwrap().to_vec())
+}
+
+/// The mock vendor's stream for the cache fixture, exactly as it writes it.
+fn vendor_stream() -> Vec<u8> {
+    let raw = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/vendors/anthropic-cache.sse"
+    ))
+    .unwrap()
+    .replace("{provider}", PROVIDER)
+    .replace("{model}", UPSTREAM);
+    raw.split("\n\n")
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("{e}\n\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+async fn served_natively_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_native", "10.00", "reject", None).await else {
+        return;
+    };
+    let (body, headers) = recorded();
+    assert!(
+        body.to_string().len() > 45_000,
+        "the fixture is at full size"
+    );
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    let (status, h, bytes) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(h["content-type"], "text/event-stream");
+    // Event for event, byte for byte: the vendor's stream is the client's.
+    assert_eq!(
+        String::from_utf8(bytes).unwrap(),
+        String::from_utf8(vendor_stream()).unwrap()
+    );
+
+    // The vendor got the client's body whole: only the model id and the proved cap
+    // (here the client's own 128000, which fits) are purser's.
+    let sent = g.vendors.sent(PROVIDER);
+    assert_eq!(sent.len(), 1);
+    let mut expected = body.clone();
+    expected["model"] = json!(UPSTREAM);
+    expected["max_tokens"] = json!(128_000);
+    assert_eq!(sent[0].body, expected);
+    let seen = &g.vendors.headers_seen(PROVIDER)[0];
+    let get = |name: &str| {
+        seen.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let (_, betas) = headers.iter().find(|(k, _)| k == "anthropic-beta").unwrap();
+    assert_eq!(get("anthropic-beta"), Some(betas.as_str()));
+    assert_eq!(get("anthropic-version"), Some("2023-06-01"));
+    assert!(
+        !seen.iter().any(|(_, v)| v.contains(KEY)),
+        "the client's key must not reach the vendor: {seen:?}"
+    );
+
+    quiesce_on(&g.ledger_db, 5).await;
+    let id = h["x-purser-request-id"].to_str().unwrap();
+    let row = g.ledger_db.request(id).await;
+    assert_eq!(row.ingress, "messages");
+    assert_eq!(row.outcome, "served");
+    let a = &row.attempts[0];
+    // 12 uncached + 3000 cache reads + 1000 cache writes; 8 output.
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
+    // 12×5 + 3000×0.5 + 1000×6.25 + 8×25, per million: every class at its own rate.
+    assert_eq!(a.cost, "0.00801");
+    assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn claude_code_request_is_served_natively_sqlite() {
+    served_natively_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn claude_code_request_is_served_natively_postgres() {
+    served_natively_on(Engine::Postgres).await;
+}
+
+async fn clamped_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_clamp", "1.00", "clamp", None).await else {
+        return;
+    };
+    let (body, headers) = recorded();
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    let (status, h, bytes) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    let clamped: u64 = h["x-purser-clamped-max-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let sent = g.vendors.sent(PROVIDER);
+    assert_eq!(sent[0].body["max_tokens"], json!(clamped));
+    assert!(clamped < 128_000 && clamped > 1_000, "{clamped}");
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    let worst: f64 = row.worst_case.parse().unwrap();
+    assert!(
+        worst <= 1.0,
+        "the proved worst case {worst} fits the ceiling"
+    );
+    // The bound is over what is sent: at least one token per 4 bytes of the body.
+    let input_floor = body.to_string().len() as f64 / 4.0 * 5e-6;
+    assert!(worst >= clamped as f64 * 25e-6 + input_floor, "{worst}");
+    // `purser explain` shows the same clamp, with its arithmetic, for the same file.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .arg("explain")
+        .arg(&g.config)
+        .args(["--policy", "agents", "--model", MODEL, "--body"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/agents/claude-code-2.1.332-say-hi.json"
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!(
+            "clamp lowered max_tokens from 128000 to {clamped}"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{clamped} out × 25.00/M")) && text.contains("in × 10.00/M"),
+        "the arithmetic, input at the dearest (1-hour cache write) rate: {text}"
+    );
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn a_128k_cap_is_clamped_under_a_hard_ceiling_sqlite() {
+    clamped_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_128k_cap_is_clamped_under_a_hard_ceiling_postgres() {
+    clamped_on(Engine::Postgres).await;
+}
+
+async fn rejected_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_reject", "1.00", "reject", None).await else {
+        return;
+    };
+    let (body, headers) = recorded();
+    let (status, _, bytes) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    // Not 400 (Claude Code retries it with fewer betas), 401, 429 or 5xx.
+    assert_eq!(status, 402, "{v}");
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "billing_error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("purser (ceiling_exceeded)"), "{msg}");
+    assert!(
+        msg.contains("128000"),
+        "the arithmetic names the cap: {msg}"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("refused", "messages")
+    );
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn a_128k_cap_is_refused_with_the_arithmetic_sqlite() {
+    rejected_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_128k_cap_is_refused_with_the_arithmetic_postgres() {
+    rejected_on(Engine::Postgres).await;
+}
+
+async fn spent_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_spent", "10.00", "reject", Some("0.01")).await else {
+        return;
+    };
+    let (body, headers) = recorded();
+    let (status, _, bytes) = send(&g, &body, &headers, "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 402, "{v}");
+    assert_eq!(v["error"]["type"], "billing_error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("purser (budget_exhausted)"), "{msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_a_billing_error_claude_code_does_not_retry_sqlite() {
+    spent_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_a_billing_error_claude_code_does_not_retry_postgres() {
+    spent_on(Engine::Postgres).await;
+}
+
+#[tokio::test]
+async fn x_api_key_authenticates_and_a_plain_answer_is_the_vendors_own() {
+    let g = gateway(Engine::Sqlite, "messages_plain", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let body =
+        json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/messages"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", "2023-06-01")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["model"], UPSTREAM);
+    assert_eq!(v["content"][0]["text"], format!("Hello from {PROVIDER}."));
+    // A wrong key: Anthropic's envelope, authentication_error.
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/messages"))
+        .header("x-api-key", "sk-wrong")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "authentication_error");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn count_tokens_answers_the_bound_and_charges_nothing() {
+    let g = gateway(Engine::Sqlite, "messages_count", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let (mut body, headers) = recorded();
+    let bytes = body.to_string().len() as u64;
+    body.as_object_mut().unwrap().remove("max_tokens");
+    let (status, _, out) = send(&g, &body, &headers, "/v1/messages/count_tokens?beta=true").await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let n = v["input_tokens"].as_u64().unwrap();
+    assert!(
+        n >= bytes - 100 && n < bytes + 2_000,
+        "{n} vs {bytes} bytes"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_eq!(g.ledger_db.count("SELECT count(*) FROM requests").await, 0);
+}
+
+#[tokio::test]
+async fn messages_to_an_openai_destination_are_refused_naming_why() {
+    let g = common::start(|v| {
+        vec![
+            provider(v, "oai", "openai", "eu", &[("m", "1", "1")]),
+            format!(
+                "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: hard\nmax_output_tokens: 100\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await;
+    let body =
+        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["type"], "error");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("`api: anthropic`") && msg.contains("openai"),
+        "{msg}"
+    );
+    assert_eq!(g.vendors.calls("oai"), 0);
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_content_ends_with_anthropics_error_event() {
+    let g = gateway(Engine::Sqlite, "messages_cut", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let overloaded =
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    g.vendors.script(
+        PROVIDER,
+        vec![Script::StreamErrorAfter(4, overloaded.into())],
+    );
+    let body = json!({"model": MODEL, "max_tokens": 100, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (status, h, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(bytes).unwrap();
+    // The vendor's events up to the cut, as sent, then one Anthropic error event.
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: error\ndata: "), "{text}");
+    let v: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "overloaded_error");
+    assert!(text.starts_with("event: message_start\n"), "{text}");
+    assert!(!text.contains("chat.completion.chunk") && !text.contains("[DONE]"));
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("failed", "messages")
+    );
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
+    let g = gateway(Engine::Sqlite, "messages_audit", "10.00", "reject", None)
+        .await
+        .unwrap();
+    let body =
+        json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(send(&g, &body, &[], "/v1/messages").await.0, 200);
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": MODEL, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    quiesce_on(&g.ledger_db, 5).await;
+    for (ingress, n) in [("messages", 1), ("chat", 1), ("responses", 0)] {
+        let v = g
+            .admin_json(&format!("/audit/v1/requests?ingress={ingress}"))
+            .await;
+        let rows = v["requests"].as_array().unwrap();
+        assert_eq!(rows.len(), n, "{ingress}: {v}");
+        assert!(rows.iter().all(|r| r["ingress"] == ingress), "{v}");
+    }
+    let (status, _) = g.admin_get("/audit/v1/requests?ingress=grpc").await;
+    assert_eq!(status, 400);
+    let spend = g.admin_json("/audit/v1/spend?group_by=ingress").await;
+    let mut keys: Vec<&str> = spend["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["chat", "messages"], "{spend}");
+    let (_, csv) = g.admin_get("/audit/v1/attempts.csv?ingress=messages").await;
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 2, "{csv}");
+    assert!(
+        lines[0].contains(",ingress,") && lines[1].contains(",messages,"),
+        "{csv}"
+    );
+    let (_, metrics) = g.get_as("/metrics", None).await;
+    assert!(
+        metrics.contains(
+            r#"purser_requests_total{ingress="messages",outcome="served",policy="agents"} 1"#
+        ),
+        "{metrics}"
+    );
+}
+
+/// The `claude` executable: `PURSER_CLAUDE`, else `claude` on the PATH. `None` skips
+/// the real-client tests, except under `CI=true`, where `.ci/run` installs it.
+fn claude() -> Option<String> {
+    let exe = std::env::var("PURSER_CLAUDE").unwrap_or_else(|_| "claude".into());
+    let found = std::process::Command::new(&exe)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true but Claude Code (`{exe}`) is not installed: .ci/run installs it");
+    }
+    found.then_some(exe)
+}
+
+/// One non-interactive Claude Code turn through purser; exit status, stdout, stderr
+/// and how long it took.
+async fn claude_turn(exe: &str, g: &Gateway) -> (bool, String, String, std::time::Duration) {
+    let home = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = tokio::process::Command::new(exe)
+        .args(["-p", "say hi", "--output-format", "json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("ANTHROPIC_BASE_URL", format!("http://{}", g.addr))
+        .env("ANTHROPIC_AUTH_TOKEN", KEY)
+        .env("ANTHROPIC_MODEL", MODEL)
+        .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", MODEL)
+        .env("ANTHROPIC_SMALL_FAST_MODEL", MODEL)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), out)
+        .await
+        .expect("Claude Code did not exit within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn real_claude_code_turn_is_served_and_booked() {
+    let Some(exe) = claude() else { return };
+    let g = gateway(
+        Engine::Sqlite,
+        "messages_real_claude",
+        "10.00",
+        "clamp",
+        None,
+    )
+    .await
+    .unwrap();
+    g.vendors
+        .script(PROVIDER, vec![Script::Fixture("anthropic-cache")]);
+    let (ok, stdout, stderr, _) = claude_turn(&exe, &g).await;
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains(&format!("Hello from {PROVIDER}.")),
+        "{stdout}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "messages")
+    );
+    let a = &row.attempts[0];
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
+    assert_eq!(a.cost, "0.00801");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn real_claude_code_exits_promptly_with_purser_reason_on_a_spent_budget() {
+    let Some(exe) = claude() else { return };
+    let g = gateway(
+        Engine::Sqlite,
+        "messages_real_spent",
+        "10.00",
+        "clamp",
+        Some("0.01"),
+    )
+    .await
+    .unwrap();
+    let (ok, stdout, stderr, took) = claude_turn(&exe, &g).await;
+    assert!(!ok, "a spent budget must fail the run: {stdout}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let shown = format!("{stdout}{stderr}");
+    assert!(
+        shown.contains("budget_exhausted"),
+        "purser's reason on screen: {shown}"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}

@@ -1,0 +1,314 @@
+//! The OpenAI Responses ingress (`POST /v1/responses`), with the request Codex CLI
+//! 0.169.0 really sends (`tests/fixtures/agents/`, 55 kB, recorded 2026-12-01) at full
+//! size, through purser to a mock OpenAI vendor over loopback, on SQLite and
+//! PostgreSQL: native pass-through with `max_output_tokens` added, the stream forwarded
+//! byte for byte, usage from `response.completed` (cached and reasoning tokens), and
+//! refusals in the Responses envelope with a status Codex does not retry.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+mod common;
+
+use common::db::Engine;
+use common::money::{assert_money_invariants_on, quiesce_on};
+use common::vendors::Script;
+use common::{Gateway, provider, sha};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-codex-client";
+const MODEL: &str = "gpt-6.1-sol";
+const UPSTREAM: &str = "gpt-6.1-sol-2026-11-01";
+const PROVIDER: &str = "oai";
+
+fn recorded() -> Value {
+    let raw = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/agents/codex-0.169.0-say-hi.json"
+    ))
+    .unwrap();
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    v["body"].clone()
+}
+
+fn docs(v: &common::vendors::Vendors, ceiling: &str, budget: Option<&str>) -> Vec<String> {
+    let p = provider(v, PROVIDER, "openai", "us", &[]);
+    let p = format!(
+        "{p}  {MODEL}:\n    upstream: {UPSTREAM}\n    context_window: 400000\n    input_per_mtok: \"1.25\"\n    output_per_mtok: \"10\"\n    cached_input_per_mtok: \"0.125\"\n"
+    );
+    let budgets = budget
+        .map(|b| format!("budgets:\n  - {{ period: day, limit: \"{b}\" }}\n"))
+        .unwrap_or_default();
+    vec![
+        p,
+        format!(
+            "kind: policy\nid: agents\nclients:\n  - id: codex\n    key_sha256: \"{}\"\nmodels: [{MODEL}]\njurisdictions: [us]\nceiling:\n  per_request: \"{ceiling}\"\n  mode: hard\n  on_exceed: clamp\nmax_output_tokens: 32000\n{budgets}",
+            sha(KEY)
+        ),
+    ]
+}
+
+async fn gateway(
+    engine: Engine,
+    test: &str,
+    ceiling: &str,
+    budget: Option<&str>,
+) -> Option<Gateway> {
+    let (c, b) = (ceiling.to_string(), budget.map(str::to_string));
+    common::start_on(engine, test, move |v| docs(v, &c, b.as_deref())).await
+}
+
+async fn send(g: &Gateway, body: &Value) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/responses"))
+        .bearer_auth(KEY)
+        .header("accept", "text/event-stream")
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let h = r.headers().clone();
+    (status, h, r.bytes().await.unwrap().to_vec())
+}
+
+fn vendor_stream() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/vendors/openai-responses.sse"
+    ))
+    .unwrap()
+    .replace("{provider}", PROVIDER)
+    .replace("{model}", UPSTREAM)
+    .split("\n\n")
+    .map(str::trim)
+    .filter(|e| !e.is_empty())
+    .map(|e| format!("{e}\n\n"))
+    .collect()
+}
+
+async fn served_natively_on(engine: Engine) {
+    let Some(g) = gateway(engine, "responses_native", "5.00", None).await else {
+        return;
+    };
+    let body = recorded();
+    assert!(
+        body.to_string().len() > 50_000,
+        "the fixture is at full size"
+    );
+    let (status, h, bytes) = send(&g, &body).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(h["content-type"], "text/event-stream");
+    assert_eq!(String::from_utf8(bytes).unwrap(), vendor_stream());
+
+    // Whole body through; the model id mapped and the policy's cap added, as Codex
+    // sends none.
+    let sent = g.vendors.sent(PROVIDER);
+    assert_eq!(sent.len(), 1);
+    let mut expected = body.clone();
+    expected["model"] = json!(UPSTREAM);
+    expected["max_output_tokens"] = json!(32_000);
+    assert_eq!(sent[0].body, expected);
+
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    let a = &row.attempts[0];
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(3000), Some(40)));
+    // 952 uncached × 1.25 + 2048 cached × 0.125 + 40 output (30 reasoning) × 10, per M.
+    assert_eq!(a.cost, "0.001846");
+    assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn codex_request_is_served_natively_sqlite() {
+    served_natively_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn codex_request_is_served_natively_postgres() {
+    served_natively_on(Engine::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_plain_answer_is_the_vendors_own_and_priced_from_its_usage() {
+    let g = gateway(Engine::Sqlite, "responses_plain", "5.00", None)
+        .await
+        .unwrap();
+    let (status, h, bytes) =
+        send(&g, &json!({"model": MODEL, "input": "hi", "store": false})).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["object"], "response");
+    assert_eq!(h["x-purser-cost"], "0.001846");
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+async fn spent_on(engine: Engine) {
+    let Some(g) = gateway(engine, "responses_spent", "5.00", Some("0.01")).await else {
+        return;
+    };
+    let (status, _, bytes) = send(&g, &recorded()).await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    // 400: the one status Codex never retries.
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["code"], "budget_exhausted");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("purser (budget_exhausted)"), "{msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_a_400_codex_does_not_retry_sqlite() {
+    spent_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_spent_budget_is_a_400_codex_does_not_retry_postgres() {
+    spent_on(Engine::Postgres).await;
+}
+
+#[tokio::test]
+async fn server_side_state_and_hosted_tools_are_refused_under_a_hard_ceiling() {
+    let g = gateway(Engine::Sqlite, "responses_state", "5.00", None)
+        .await
+        .unwrap();
+    for (extra, field) in [
+        (
+            json!({"previous_response_id": "resp_0"}),
+            "previous_response_id",
+        ),
+        (json!({"store": true}), "store"),
+        (json!({"tools": [{"type": "web_search"}]}), "tools[0]"),
+    ] {
+        let mut body = json!({"model": MODEL, "input": "hi"});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, _, bytes) = send(&g, &body).await;
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["error"]["param"], field, "{v}");
+    }
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+}
+
+#[tokio::test]
+async fn an_error_event_before_content_is_classified_as_the_same_error() {
+    let g = gateway(Engine::Sqlite, "responses_error", "5.00", None)
+        .await
+        .unwrap();
+    let err = r#"{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached","param":null}"#;
+    g.vendors
+        .script(PROVIDER, vec![Script::StreamErrorAfter(2, err.into())]);
+    let mut body = recorded();
+    body["stream"] = json!(true);
+    let (status, _, bytes) = send(&g, &body).await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], "rate_limited");
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(row.attempts[0].class.as_deref(), Some("rate_limited"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+/// The `codex` executable: `PURSER_CODEX`, else `codex` on the PATH. `None` skips the
+/// real-client tests, except under `CI=true`, where `.ci/run` installs it.
+fn codex() -> Option<String> {
+    let exe = std::env::var("PURSER_CODEX").unwrap_or_else(|_| "codex".into());
+    let found = std::process::Command::new(&exe)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found && std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true but Codex CLI (`{exe}`) is not installed: .ci/run installs it");
+    }
+    found.then_some(exe)
+}
+
+/// One `codex exec` turn through purser: success, stdout, stderr, time taken.
+async fn codex_turn(exe: &str, g: &Gateway) -> (bool, String, String, std::time::Duration) {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "model = \"{MODEL}\"\nmodel_provider = \"gw\"\n[model_providers.gw]\nname = \"gw\"\nbase_url = \"http://{}/v1\"\nenv_key = \"GW_KEY\"\nwire_api = \"responses\"\n",
+            g.addr
+        ),
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = tokio::process::Command::new(exe)
+        .args(["exec", "--skip-git-repo-check", "say hi"])
+        .current_dir(work.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .env("CODEX_HOME", home.path())
+        .env("GW_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), out)
+        .await
+        .expect("Codex did not exit within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[tokio::test]
+async fn real_codex_turn_is_served_and_booked() {
+    let Some(exe) = codex() else { return };
+    let g = gateway(Engine::Sqlite, "responses_real_codex", "5.00", None)
+        .await
+        .unwrap();
+    let (ok, stdout, stderr, _) = codex_turn(&exe, &g).await;
+    assert!(ok, "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains(&format!("Hello from {PROVIDER}.")),
+        "{stdout}\n{stderr}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    let a = &row.attempts[0];
+    assert_eq!((a.input_tokens, a.output_tokens), (Some(3000), Some(40)));
+    assert_eq!(a.cost, "0.001846");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn real_codex_exits_promptly_with_purser_reason_on_a_spent_budget() {
+    let Some(exe) = codex() else { return };
+    let g = gateway(Engine::Sqlite, "responses_real_spent", "5.00", Some("0.01"))
+        .await
+        .unwrap();
+    let (ok, stdout, stderr, took) = codex_turn(&exe, &g).await;
+    assert!(!ok, "a spent budget must fail the run: {stdout}");
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    let shown = format!("{stdout}{stderr}");
+    assert!(
+        shown.contains("budget_exhausted"),
+        "purser's reason on screen: {shown}"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
