@@ -174,7 +174,6 @@ fn openai_usage_chunk(prompt: u64, completion: u64) -> String {
 /// closing reset) is read at the last one, not the largest: a trailing all-zero usage
 /// chunk books a 100-token answer at 0.
 #[tokio::test]
-#[ignore = "hole: ChunkTranslator::openai overwrites usage with the last chunk's, not the largest reading"]
 async fn openai_stream_a_later_usage_chunk_cannot_lower_the_reading() {
     let g = gateway().await;
     g.vendors.script(
@@ -210,7 +209,6 @@ async fn openai_stream_a_later_usage_chunk_cannot_lower_the_reading() {
 /// servers send with `input_tokens: 0`). The translator lays each count over the last,
 /// so a 0 in the closing delta erases the 5,000 input tokens of `message_start`.
 #[tokio::test]
-#[ignore = "hole: ChunkTranslator::merge_anthropic_usage lets a later count replace a larger earlier one"]
 async fn anthropic_stream_a_closing_delta_cannot_erase_the_input_count() {
     let g = gateway().await;
     let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}");
@@ -287,7 +285,6 @@ async fn gemini_family_behind_an_openai_api_is_held_to_the_reasoning_it_is_count
 /// a thinking model) is taken for a model that does not think, so it is sent no
 /// thinking budget and its worst case counts no reasoning beyond the cap.
 #[tokio::test]
-#[ignore = "hole: Destination::reasoning_budget matches families by name prefix; Gemini's -latest aliases escape"]
 async fn a_gemini_alias_is_held_to_a_thinking_budget() {
     let g = gateway().await;
     let (status, v, h) = post(&g, HARD, ask("gfl", json!("hi"), json!({}))).await;
@@ -353,7 +350,6 @@ async fn cache_writes_asked_through_a_relay_are_bounded_or_refused() {
 /// others) run server side and bill per call or per hour beyond tokens: a hard request
 /// carrying one is served.
 #[tokio::test]
-#[ignore = "hole: tools of a type other than function/custom reach an OpenAI-API vendor unbounded under a hard ceiling"]
 async fn built_in_tools_are_refused_under_a_hard_ceiling() {
     let g = gateway().await;
     let (status, v, _) = post(
@@ -540,7 +536,6 @@ async fn what_is_sent_is_counted_whatever_its_shape() {
 /// the body purser itself sends is 900 kB, so its own check "the bound is at least the
 /// serialised body" (`bound::tests::the_bound_covers_the_prepared_body`) fails.
 #[tokio::test]
-#[ignore = "hole: bound::json_len counts control characters at 1 byte; serialised (and rendered) they are 6"]
 async fn escaped_control_characters_are_counted_as_sent() {
     let g = gateway().await;
     let description: String = "\u{1}".repeat(150_000);
@@ -624,7 +619,6 @@ async fn deeply_nested_schemas_are_bounded_as_rendered() {
 /// stream that the vendor cuts mid-answer is then booked at the last running count
 /// (2 tokens here) instead of its bound, although generation went on past it.
 #[tokio::test]
-#[ignore = "hole: ChunkTranslator::openai takes any chunk's usage as final; a cut stream is booked at a running count"]
 async fn a_cut_stream_is_not_booked_at_a_running_usage_count() {
     let g = gateway().await;
     g.vendors.script(
@@ -756,7 +750,6 @@ async fn usage_figures_of_the_wrong_type_are_charged_at_the_bound() {
 /// (`plain = total − (reads + short + long)`, saturating), so the 1,000 uncached input
 /// tokens vanish: the input is read at 1,000 although the figures imply 6,000.
 #[tokio::test]
-#[ignore = "hole: pricing::charge subtracts a 1-hour write count larger than the write total from the plain input"]
 async fn a_cache_write_part_larger_than_its_total_does_not_erase_plain_input() {
     let g = gateway().await;
     g.vendors.script(
@@ -790,7 +783,6 @@ async fn a_cache_write_part_larger_than_its_total_does_not_erase_plain_input() {
 /// latest `usageMetadata`; a closing chunk whose metadata is smaller than an earlier
 /// one (a relay that re-sends a partial block after the finish) lowers the reading.
 #[tokio::test]
-#[ignore = "hole: ChunkTranslator::gemini keeps the latest usageMetadata, not the largest reading"]
 async fn gemini_stream_a_later_usage_block_cannot_lower_the_reading() {
     let g = gateway().await;
     let chunk = |v: Value| format!("data: {v}");
