@@ -77,7 +77,9 @@ fn expected(
         Malformed,
     ];
     if refuse.contains(&class) {
-        if class == Auth && changed && !retried {
+        // A rotated key is retried once, on the same reservation: only when the failed
+        // call cannot have been billed (a 2xx auth error may have been).
+        if class == Auth && changed && !retried && this == Billing::NotBilled {
             return Action::RetrySame;
         }
         return Action::Refuse;
