@@ -11,8 +11,7 @@ use serde_json::Value;
 use super::GatewayError;
 use super::request::{self, Bearing, Parsed};
 pub use crate::ingress::Ingress;
-use crate::policy::plan::{Api, ServiceTier};
-use crate::selection::TierAsk;
+use crate::policy::plan::Api;
 
 /// Every Anthropic Messages field purser knows, and its bearing on cost. A field not
 /// listed is unknown: its cost cannot be bounded, so a hard ceiling refuses it.
@@ -122,24 +121,7 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
             ));
         }
     }
-    let tier = match obj.get("service_tier") {
-        None | Some(Value::Null) => TierAsk::VendorPicks,
-        Some(Value::String(t)) => match t.as_str() {
-            "auto" => TierAsk::VendorPicks,
-            "standard_only" => TierAsk::Standard,
-            other => match ServiceTier::parse(other) {
-                Some(t) => TierAsk::Tier(t),
-                None => {
-                    unbounded.push((
-                        "service_tier".into(),
-                        "a service tier purser has no rates for",
-                    ));
-                    TierAsk::VendorPicks
-                }
-            },
-        },
-        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
-    };
+    let tier = super::request::tier_ask(obj, "standard_only", &mut unbounded)?;
     let max_tokens = match obj.get("max_tokens") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
@@ -303,24 +285,7 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
             "a hosted tool runs at the vendor inside the call: billed per call, its results input the bound does not see",
         ));
     }
-    let tier = match obj.get("service_tier") {
-        None | Some(Value::Null) => TierAsk::VendorPicks,
-        Some(Value::String(t)) => match t.as_str() {
-            "auto" => TierAsk::VendorPicks,
-            "default" => TierAsk::Standard,
-            other => match ServiceTier::parse(other) {
-                Some(t) => TierAsk::Tier(t),
-                None => {
-                    unbounded.push((
-                        "service_tier".into(),
-                        "a service tier purser has no rates for",
-                    ));
-                    TierAsk::VendorPicks
-                }
-            },
-        },
-        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
-    };
+    let tier = super::request::tier_ask(obj, "default", &mut unbounded)?;
     let max_tokens = match obj.get("max_output_tokens") {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {

@@ -148,24 +148,7 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
             }
         }
     }
-    let tier = match obj.get("service_tier") {
-        None | Some(Value::Null) => TierAsk::VendorPicks,
-        Some(Value::String(t)) => match t.as_str() {
-            "auto" => TierAsk::VendorPicks,
-            "default" => TierAsk::Standard,
-            other => match ServiceTier::parse(other) {
-                Some(t) => TierAsk::Tier(t),
-                None => {
-                    unbounded.push((
-                        "service_tier".into(),
-                        "a service tier purser has no rates for",
-                    ));
-                    TierAsk::VendorPicks
-                }
-            },
-        },
-        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
-    };
+    let tier = tier_ask(obj, "default", &mut unbounded)?;
     let max_tokens = match (cap(obj, "max_completion_tokens")?, cap(obj, "max_tokens")?) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -308,4 +291,30 @@ mod tests {
         assert_eq!(p.tier, TierAsk::Tier(ServiceTier::Priority));
         assert!(p.unbounded.is_empty());
     }
+}
+
+/// The `service_tier` a body asks for. `standard` is the API's name for the standard
+/// rates (`default` for OpenAI, `standard_only` for Anthropic); a tier purser has no
+/// rates for is named in `unbounded`.
+pub(crate) fn tier_ask(
+    obj: &Map<String, Value>,
+    standard: &str,
+    unbounded: &mut Vec<(String, &'static str)>,
+) -> Result<TierAsk, GatewayError> {
+    Ok(match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) if t == "auto" => TierAsk::VendorPicks,
+        Some(Value::String(t)) if t == standard => TierAsk::Standard,
+        Some(Value::String(t)) => match ServiceTier::parse(t) {
+            Some(t) => TierAsk::Tier(t),
+            None => {
+                unbounded.push((
+                    "service_tier".into(),
+                    "a service tier purser has no rates for",
+                ));
+                TierAsk::VendorPicks
+            }
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    })
 }
