@@ -17,5 +17,5 @@ if [[ -n "${PURSER_BENCH_PG_URL:-}" ]]; then
   sep='?'; [[ "$PURSER_BENCH_PG_URL" == *\?* ]] && sep='&'
   db="${PURSER_BENCH_PG_URL}${sep}options=-c%20search_path%3D${schema}"
 fi
-exec "$here/../../target/release/purser" serve --config "$work/policies" --db "$db" \
+exec "${PURSER_BENCH_BIN:-$here/../../target/release/purser}" serve --config "$work/policies" --db "$db" \
   --listen "127.0.0.1:${PURSER_BENCH_PORT:-18100}" --log-format json
