@@ -218,6 +218,32 @@ fn check_messages(messages: &[Value]) -> Result<(), GatewayError> {
     Ok(())
 }
 
+/// The `service_tier` a body asks for. `standard` is the API's name for the standard
+/// rates (`default` for OpenAI, `standard_only` for Anthropic); a tier purser has no
+/// rates for is named in `unbounded`.
+pub(crate) fn tier_ask(
+    obj: &Map<String, Value>,
+    standard: &str,
+    unbounded: &mut Vec<(String, &'static str)>,
+) -> Result<TierAsk, GatewayError> {
+    Ok(match obj.get("service_tier") {
+        None | Some(Value::Null) => TierAsk::VendorPicks,
+        Some(Value::String(t)) if t == "auto" => TierAsk::VendorPicks,
+        Some(Value::String(t)) if t == standard => TierAsk::Standard,
+        Some(Value::String(t)) => match ServiceTier::parse(t) {
+            Some(t) => TierAsk::Tier(t),
+            None => {
+                unbounded.push((
+                    "service_tier".into(),
+                    "a service tier purser has no rates for",
+                ));
+                TierAsk::VendorPicks
+            }
+        },
+        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,28 +319,3 @@ mod tests {
     }
 }
 
-/// The `service_tier` a body asks for. `standard` is the API's name for the standard
-/// rates (`default` for OpenAI, `standard_only` for Anthropic); a tier purser has no
-/// rates for is named in `unbounded`.
-pub(crate) fn tier_ask(
-    obj: &Map<String, Value>,
-    standard: &str,
-    unbounded: &mut Vec<(String, &'static str)>,
-) -> Result<TierAsk, GatewayError> {
-    Ok(match obj.get("service_tier") {
-        None | Some(Value::Null) => TierAsk::VendorPicks,
-        Some(Value::String(t)) if t == "auto" => TierAsk::VendorPicks,
-        Some(Value::String(t)) if t == standard => TierAsk::Standard,
-        Some(Value::String(t)) => match ServiceTier::parse(t) {
-            Some(t) => TierAsk::Tier(t),
-            None => {
-                unbounded.push((
-                    "service_tier".into(),
-                    "a service tier purser has no rates for",
-                ));
-                TierAsk::VendorPicks
-            }
-        },
-        Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
-    })
-}
