@@ -318,4 +318,3 @@ mod tests {
         assert!(p.unbounded.is_empty());
     }
 }
-
