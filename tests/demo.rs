@@ -42,7 +42,23 @@ fn demo_once_prints_what_the_ledger_holds() {
         let cells: Vec<&str> = line.split('│').map(str::trim).collect();
         assert_eq!(cells[1], format!("{} ({})", r.policy, r.mode), "{line}");
         assert_eq!(cells[5], r.served_by.as_deref().unwrap_or("—"), "{line}");
-        assert_eq!(cells[6], r.cost, "{line}");
+        // A call that may have been billed without proof shows its worst case as
+        // exposure beside the billed cost, never a bare 0.
+        let exposure: rust_decimal::Decimal = r
+            .attempts
+            .iter()
+            .filter(|a| a.billing == "maybe_billed")
+            .map(|a| a.worst_case.parse::<rust_decimal::Decimal>().unwrap())
+            .sum();
+        if exposure.is_zero() {
+            assert_eq!(cells[6], r.cost, "{line}");
+        } else {
+            assert_eq!(
+                cells[6],
+                format!("{} + up to {exposure} unproven", r.cost),
+                "{line}"
+            );
+        }
         let attempts = if r.attempts.is_empty() {
             "no call".to_string()
         } else {
@@ -62,6 +78,10 @@ fn demo_once_prints_what_the_ledger_holds() {
             .unwrap_or_else(|| panic!("no row {name}: {stdout}"))
             .to_string()
     };
+    assert!(
+        row("timeout, hard ceiling: stop").contains("+ up to"),
+        "a hard-ceiling timeout shows its exposure: {stdout}"
+    );
     assert!(row("Claude Code turn: 128k cap clamped").contains("anthropic-eu: success"));
     assert!(row("Claude Code turn, hard ceiling").contains("ceiling_exceeded"));
     assert!(row("Codex turn (Responses API)").contains("openai-us: success"));

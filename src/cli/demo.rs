@@ -395,7 +395,7 @@ async fn run(
                     .and_then(|a| a.decision.clone())
                     .unwrap_or_else(|| r.error_code.clone().unwrap_or_else(|| r.outcome.clone())),
                 served_by: r.served_by.clone().unwrap_or_else(|| "—".into()),
-                cost: r.cost.clone(),
+                cost: shown_cost(&r),
             },
             _ => Row {
                 scenario: sc.name.into(),
@@ -441,6 +441,22 @@ fn recorded_body(recorded: &str) -> Result<Value, String> {
     v.get("body")
         .cloned()
         .ok_or_else(|| "a recorded request without a body".to_string())
+}
+
+/// What a request cost as people should read it: the billed cost, and beside it what
+/// attempts that may have been billed without proof could still have cost (their
+/// worst case, charged to the budgets) — never a bare 0 for a call that may have run.
+fn shown_cost(r: &crate::ledger::read::RequestRow) -> String {
+    let exposure: Option<crate::money::Money> = r
+        .attempts
+        .iter()
+        .filter(|a| a.billing == "maybe_billed")
+        .map(|a| a.worst_case.parse::<crate::money::Money>().ok())
+        .sum();
+    match exposure {
+        Some(e) if e.is_positive() => format!("{} + up to {e} unproven", r.cost),
+        Some(_) | None => r.cost.clone(),
+    }
 }
 
 pub fn table(rows: &[Row]) -> String {
