@@ -9,7 +9,7 @@
 use serde_json::Value;
 
 use super::GatewayError;
-use super::request::{self, Bearing, Parsed};
+use super::request::{self, Bearing, Parsed, bad};
 pub use crate::ingress::Ingress;
 use crate::policy::plan::Api;
 
@@ -55,10 +55,6 @@ pub const MESSAGES_FIELDS: &[(&str, Bearing)] = &[
 /// per-use fee: a rule over unlisted tools, not a list of the billed ones.
 const CLIENT_TOOL_PREFIXES: [&str; 4] = ["bash_", "text_editor_", "computer_", "memory_"];
 
-fn bad(message: impl Into<String>, param: &str) -> GatewayError {
-    GatewayError::invalid(message, Some(param))
-}
-
 /// The client's body as the ceiling sees it, read by its ingress's rules.
 pub fn parse(ingress: Ingress, body: &Value) -> Result<Parsed, GatewayError> {
     match ingress {
@@ -70,14 +66,8 @@ pub fn parse(ingress: Ingress, body: &Value) -> Result<Parsed, GatewayError> {
 
 /// An Anthropic Messages body.
 pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
-    let model = match obj.get("model") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
-        None => return Err(bad("missing required field `model`", "model")),
-    };
+    let obj = request::body_object(body)?;
+    let model = request::model_name(obj)?;
     match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => {
             for (i, m) in a.iter().enumerate() {
@@ -93,11 +83,7 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
     }
     let mut unbounded = Vec::new();
     for (k, v) in obj {
-        let bearing = MESSAGES_FIELDS
-            .iter()
-            .find(|(f, _)| f == k)
-            .map(|(_, b)| *b);
-        match bearing {
+        match request::bearing_in(MESSAGES_FIELDS, k) {
             Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
             Some(_) => {}
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
@@ -122,19 +108,8 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
         }
     }
     let tier = super::request::tier_ask(obj, "standard_only", &mut unbounded)?;
-    let max_tokens = match obj.get("max_tokens") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| bad("`max_tokens` must be a positive integer", "max_tokens"))?,
-        ),
-    };
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
-    };
+    let max_tokens = request::cap(obj, "max_tokens")?;
+    let stream = request::stream_flag(obj)?;
     Ok(Parsed {
         model,
         stream,
@@ -227,14 +202,8 @@ fn hosted_tools(tools: &[Value], at: &str, out: &mut Vec<String>) {
 
 /// An OpenAI Responses body.
 pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
-    let model = match obj.get("model") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
-        None => return Err(bad("missing required field `model`", "model")),
-    };
+    let obj = request::body_object(body)?;
+    let model = request::model_name(obj)?;
     match obj.get("input") {
         None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
         Some(_) => {
@@ -246,11 +215,7 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
     }
     let mut unbounded = Vec::new();
     for (k, v) in obj {
-        let bearing = RESPONSES_FIELDS
-            .iter()
-            .find(|(f, _)| f == k)
-            .map(|(_, b)| *b);
-        match bearing {
+        match request::bearing_in(RESPONSES_FIELDS, k) {
             Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
             Some(_) => {}
             None if k == "store" => {
@@ -286,20 +251,8 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
         ));
     }
     let tier = super::request::tier_ask(obj, "default", &mut unbounded)?;
-    let max_tokens = match obj.get("max_output_tokens") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-            bad(
-                "`max_output_tokens` must be a positive integer",
-                "max_output_tokens",
-            )
-        })?),
-    };
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
-    };
+    let max_tokens = request::cap(obj, "max_output_tokens")?;
+    let stream = request::stream_flag(obj)?;
     Ok(Parsed {
         model,
         stream,

@@ -85,7 +85,12 @@ pub const FIELDS: &[(&str, Bearing)] = &[
 
 /// The bearing of a top-level field; `None` for a field purser does not know.
 pub fn bearing(field: &str) -> Option<Bearing> {
-    FIELDS.iter().find(|(f, _)| *f == field).map(|(_, b)| *b)
+    bearing_in(FIELDS, field)
+}
+
+/// The bearing of `field` in an ingress's table; `None` for a field it does not list.
+pub fn bearing_in(table: &[(&str, Bearing)], field: &str) -> Option<Bearing> {
+    table.iter().find(|(f, _)| *f == field).map(|(_, b)| *b)
 }
 
 /// The parts of the client's body the engine reads.
@@ -103,19 +108,37 @@ pub struct Parsed {
     pub unbounded: Vec<(String, &'static str)>,
 }
 
-fn bad(message: impl Into<String>, param: &str) -> GatewayError {
+pub(crate) fn bad(message: impl Into<String>, param: &str) -> GatewayError {
     GatewayError::invalid(message, Some(param))
 }
 
+/// The body as a JSON object: every ingress's first check.
+pub(crate) fn body_object(body: &Value) -> Result<&Map<String, Value>, GatewayError> {
+    body.as_object()
+        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))
+}
+
+/// The requested model: a non-empty string, in every ingress.
+pub(crate) fn model_name(obj: &Map<String, Value>) -> Result<String, GatewayError> {
+    match obj.get("model") {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(_) => Err(bad("`model` must be a non-empty string", "model")),
+        None => Err(bad("missing required field `model`", "model")),
+    }
+}
+
+/// The `stream` flag: absent or null is false.
+pub(crate) fn stream_flag(obj: &Map<String, Value>) -> Result<bool, GatewayError> {
+    match obj.get("stream") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad("`stream` must be a boolean", "stream")),
+    }
+}
+
 pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| GatewayError::invalid("the body must be a JSON object", None))?;
-    let model = match obj.get("model") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(_) => return Err(bad("`model` must be a non-empty string", "model")),
-        None => return Err(bad("missing required field `model`", "model")),
-    };
+    let obj = body_object(body)?;
+    let model = model_name(obj)?;
     let messages = match obj.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(bad("`messages` must not be empty", "messages")),
@@ -160,11 +183,7 @@ pub fn parse(body: &Value) -> Result<Parsed, GatewayError> {
             .filter(|n| (1..=128).contains(n))
             .ok_or_else(|| bad("`n` must be an integer from 1 to 128", "n"))?,
     };
-    let stream = match obj.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(bad("`stream` must be a boolean", "stream")),
-    };
+    let stream = stream_flag(obj)?;
     Ok(Parsed {
         model,
         stream,
@@ -185,7 +204,8 @@ fn neutral_value(field: &str, v: &Value) -> bool {
     }
 }
 
-fn cap(obj: &Map<String, Value>, k: &str) -> Result<Option<u64>, GatewayError> {
+/// An output cap: absent, null, or a positive integer.
+pub(crate) fn cap(obj: &Map<String, Value>, k: &str) -> Result<Option<u64>, GatewayError> {
     match obj.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
