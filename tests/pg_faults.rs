@@ -181,7 +181,12 @@ async fn a_database_cut_while_a_call_is_out_leaves_nothing_in_flight_once_it_ret
     let row = gw.engine.ledger.request(id).await.unwrap().unwrap();
     assert_eq!(row.outcome, "interrupted", "{row:?}");
     assert_eq!(gw.vendors.calls("alt"), 0);
-    common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
+    common::money::assert_money_invariants_on(
+        &common::db::Db::Postgres(url.clone()),
+        &gw.vendors,
+        &["p", "alt"],
+    )
+    .await;
 }
 
 /// A slow database (every piece of traffic held 100 ms each way) makes requests slow,
@@ -207,7 +212,12 @@ async fn a_slow_database_still_ends_every_request() {
     proxy.delay(Duration::ZERO);
     let db = common::pg::connect(&url).await;
     wait_until_settled(&db, Duration::from_secs(10), "after slow requests").await;
-    common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
+    common::money::assert_money_invariants_on(
+        &common::db::Db::Postgres(url.clone()),
+        &gw.vendors,
+        &["p", "alt"],
+    )
+    .await;
 }
 
 /// Proved: the server commits an admission and its answer is lost with the connection.
@@ -260,7 +270,12 @@ async fn a_lost_reply_to_an_admission_commit_strands_no_reservation() {
     // Later requests are served as usual.
     assert_eq!(chat(&gw.base()).await.0, 200);
     wait_until_settled(&db, Duration::from_secs(10), "after a served request").await;
-    common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
+    common::money::assert_money_invariants_on(
+        &common::db::Db::Postgres(url.clone()),
+        &gw.vendors,
+        &["p", "alt"],
+    )
+    .await;
 }
 
 /// The lease row is held locked by another session, so the replica cannot renew its
@@ -299,7 +314,12 @@ async fn a_replica_that_cannot_renew_its_lease_admits_nothing_until_it_does() {
     }
     let db = common::pg::connect(&url).await;
     wait_until_settled(&db, Duration::from_secs(10), "after the lease came back").await;
-    common::money::assert_ledger_invariants(&gw.engine.ledger, &gw.vendors, &["p", "alt"]).await;
+    common::money::assert_money_invariants_on(
+        &common::db::Db::Postgres(url.clone()),
+        &gw.vendors,
+        &["p", "alt"],
+    )
+    .await;
 }
 
 /// Another replica recovered a request (as it does once the admitting replica's lease
