@@ -122,7 +122,14 @@ async fn the_anthropic_sdk_messages_tests_pass_through_purser() {
     // Hard ceiling, SQLite ledger: everything but the all-params tests.
     let hard = "{ per_request: \"1.00\", mode: hard }";
     let g = gateway(Engine::Sqlite, "anthropic_sdk_hard", hard).await;
-    let run = sdk::pytest(&tree, &files, &[], g.url(""), &["-k", "not with_all_params"]).await;
+    let run = sdk::pytest(
+        &tree,
+        &files,
+        &[],
+        g.url(""),
+        &["-k", "not with_all_params"],
+    )
+    .await;
     println!("hard ceiling ({:?}): {}", g.ledger_db.engine(), run.summary);
     assert!(
         run.passed,

@@ -2,8 +2,10 @@
 //! timeouts, streams cut before and after content, events coalesced or split anywhere,
 //! answers without usage, 2xx bodies that are errors, reasoning before content, the
 //! vendor's content filter after content — and clients that hang up or stop reading at
-//! random points; streaming and plain requests, some to a reasoning model that reads only
-//! `max_completion_tokens` and some carrying a file part, under hard and soft policies
+//! random points; streaming and plain requests in all three ingress APIs (chat
+//! completions, Anthropic Messages, OpenAI Responses), some to a reasoning model that
+//! reads only `max_completion_tokens` and some carrying a file part, under hard and soft
+//! policies
 //! with small day budgets and alternates, while budgets are added, raised and lowered by
 //! reloads mid-run. The PostgreSQL run goes through a fault proxy that delays the
 //! database and cuts it once.
@@ -25,7 +27,7 @@ use std::time::Duration;
 
 use common::db::Engine;
 use common::money::{assert_money_invariants_after_reloads_on, quiesce_on};
-use common::vendors::{Script, Vendors, stream_body};
+use common::vendors::{Script, Vendors};
 use common::{provider, sha};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -114,15 +116,7 @@ fn docs(v: &Vendors, b: Budgets) -> Vec<String> {
     ]
 }
 
-fn api_of(provider: &str) -> &'static str {
-    match provider {
-        "oa" => "openai",
-        "an" => "anthropic",
-        _ => "gemini",
-    }
-}
-
-fn script(rng: &mut Rng, provider: &str) -> Script {
+fn script(rng: &mut Rng) -> Script {
     match rng.below(18) {
         0 => Script::Delay(rng.below(150)),
         1 => Script::Delay(600), // past the 400 ms attempt timeout
@@ -134,21 +128,9 @@ fn script(rng: &mut Rng, provider: &str) -> Script {
         7 => Script::StreamBatched,
         8 => Script::NoUsage,
         9 => Script::StreamSlow(rng.below(60)),
-        10 => {
-            let body = stream_body(api_of(provider), provider, "m");
-            let mut cuts: Vec<usize> = (0..rng.below(6)).map(|_| rng.below(body.len() as u64) as usize).collect();
-            cuts.sort_unstable();
-            cuts.dedup();
-            let mut pieces = Vec::new();
-            let mut from = 0;
-            for c in cuts.into_iter().chain([body.len()]) {
-                if c > from {
-                    pieces.push(body[from..c].to_vec());
-                    from = c;
-                }
-            }
-            Script::StreamPieces(pieces)
-        }
+        // Split anywhere in whichever stream is asked for ("oa" serves chat and
+        // Responses alike).
+        10 => Script::StreamSplitAt((0..rng.below(6)).map(|_| rng.next()).collect()),
         11 => Script::Drop,
         // A relay's 200 whose body is an error: the model may have started.
         12 => Script::Status(200, r#"{"error":{"message":"Upstream error from provider: overloaded","code":502},"user_id":"u"}"#.into()),
@@ -171,9 +153,21 @@ enum Client {
     Stalls(u64),
 }
 
+/// The API a client speaks to purser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ingress {
+    /// `/v1/chat/completions`: any vendor, translated.
+    Chat,
+    /// `/v1/messages`: natively to Anthropic only (the `an/m` alternate).
+    Messages,
+    /// `/v1/responses`: natively to OpenAI only (`oa`).
+    Responses,
+}
+
 /// What a request asks for.
 #[derive(Debug, Clone, Copy)]
 struct Ask {
+    ingress: Ingress,
     key: &'static str,
     stream: bool,
     /// The reasoning model that reads only `max_completion_tokens`.
@@ -184,33 +178,130 @@ struct Ask {
 
 /// A stream a client read to its end: who served it and the text it got.
 struct ReadToEnd {
+    ingress: Ingress,
     provider: String,
     text: String,
     complete: bool,
 }
 
-async fn one(url: String, ask: Ask, client: Client) -> Option<ReadToEnd> {
+/// The path and body of a request in its ingress's own shape: a text part and, with
+/// `file`, a PDF beside it; the output cap in the ingress's own field.
+fn request(ask: Ask) -> (&'static str, Value) {
     let Ask {
-        key,
+        ingress,
         stream,
         reasoning,
         file,
+        ..
     } = ask;
-    let content = if file {
-        json!([
-            {"type": "text", "text": "hello"},
-            {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQK"}}
-        ])
+    // The reasoning model is OpenAI's: a Messages request for it has no destination
+    // that takes it natively, so Messages always asks for `m` (served by `an/m`).
+    let model = if reasoning && ingress != Ingress::Messages {
+        "o4-mini"
     } else {
-        json!("hello")
+        "m"
     };
-    let model = if reasoning { "o4-mini" } else { "m" };
-    let body = json!({"model": model, "stream": stream, "max_tokens": 100,
-                      "messages": [{"role": "user", "content": content}]});
+    let pdf = "JVBERi0xLjQK";
+    match ingress {
+        Ingress::Chat => {
+            let content = if file {
+                json!([
+                    {"type": "text", "text": "hello"},
+                    {"type": "file", "file": {"filename": "a.pdf", "file_data": format!("data:application/pdf;base64,{pdf}")}}
+                ])
+            } else {
+                json!("hello")
+            };
+            let body = json!({"model": model, "stream": stream, "max_tokens": 100,
+                              "messages": [{"role": "user", "content": content}]});
+            ("/v1/chat/completions", body)
+        }
+        Ingress::Messages => {
+            let content = if file {
+                json!([
+                    {"type": "text", "text": "hello"},
+                    {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": pdf}}
+                ])
+            } else {
+                json!("hello")
+            };
+            let body = json!({"model": model, "stream": stream, "max_tokens": 100,
+                              "messages": [{"role": "user", "content": content}]});
+            ("/v1/messages", body)
+        }
+        Ingress::Responses => {
+            // The mock's Responses answer reports Codex-sized usage (3,000 input tokens,
+            // 2,048 of them cached): the request carries as much, so the vendor never
+            // reports more than was sent, as a real one cannot.
+            let text = "hello ".repeat(500);
+            let input = if file {
+                json!([{"role": "user", "content": [
+                    {"type": "input_text", "text": text},
+                    {"type": "input_file", "filename": "a.pdf", "file_data": format!("data:application/pdf;base64,{pdf}")}
+                ]}])
+            } else {
+                json!(text)
+            };
+            let body = json!({"model": model, "stream": stream, "max_output_tokens": 100,
+                              "store": false, "input": input});
+            ("/v1/responses", body)
+        }
+    }
+}
+
+/// The text a stream carried and whether it reached its own end without an error,
+/// read the way each ingress's clients read it.
+fn read_stream(ingress: Ingress, text: &str) -> (String, bool) {
+    let mut events: Vec<(Option<&str>, Value)> = Vec::new();
+    let (mut name, mut done, mut unparsed) = (None, false, false);
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = Some(n);
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            // Chat's end: `[DONE]` as the last data line.
+            done = d.trim() == "[DONE]";
+            match serde_json::from_str::<Value>(d) {
+                Ok(v) => events.push((name.take(), v)),
+                Err(_) if done => {}
+                Err(_) => unparsed = true,
+            }
+        }
+    }
+    let errored = unparsed
+        || events
+            .iter()
+            .any(|(n, v)| *n == Some("error") || v.get("error").is_some() || v["type"] == "error");
+    let (delta, end) = match ingress {
+        Ingress::Chat => ("/choices/0/delta/content", None),
+        Ingress::Messages => ("/delta/text", Some("message_stop")),
+        Ingress::Responses => ("/delta", Some("response.completed")),
+    };
+    let content: String = events
+        .iter()
+        .filter(|(_, v)| ingress != Ingress::Responses || v["type"] == "response.output_text.delta")
+        .filter_map(|(_, v)| v.pointer(delta).and_then(Value::as_str))
+        .collect();
+    let ended = match end {
+        None => done && events.last().is_some(),
+        Some(ty) => events.last().is_some_and(|(_, v)| v["type"] == ty),
+    };
+    (content, ended && !errored)
+}
+
+async fn one(base: String, ask: Ask, client: Client) -> Option<ReadToEnd> {
+    let (path, body) = request(ask);
     let mut rb = reqwest::Client::new()
-        .post(url)
-        .bearer_auth(key)
+        .post(format!("{base}{path}"))
         .json(&body);
+    rb = match ask.ingress {
+        // Claude Code's two ways to present a key.
+        Ingress::Messages if ask.file => rb.header("x-api-key", ask.key),
+        Ingress::Messages => rb.bearer_auth(ask.key),
+        Ingress::Chat | Ingress::Responses => rb.bearer_auth(ask.key),
+    };
+    if ask.ingress == Ingress::Messages {
+        rb = rb.header("anthropic-version", "2023-06-01");
+    }
     if let Client::Impatient(ms) = client {
         rb = rb.timeout(Duration::from_millis(ms));
     }
@@ -224,7 +315,7 @@ async fn one(url: String, ask: Ask, client: Client) -> Option<ReadToEnd> {
     if let Client::Stalls(ms) = client {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
-    if !stream || r.status() != 200 {
+    if !ask.stream || r.status() != 200 {
         let _ = r.bytes().await;
         return None;
     }
@@ -242,23 +333,12 @@ async fn one(url: String, ask: Ask, client: Client) -> Option<ReadToEnd> {
         }
     }
     let text = String::from_utf8(raw).unwrap();
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    let content: String = data
-        .iter()
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter_map(|v| {
-            v.pointer("/choices/0/delta/content")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
-        .collect();
+    let (content, complete) = read_stream(ask.ingress, &text);
     Some(ReadToEnd {
+        ingress: ask.ingress,
         provider,
         text: content,
-        complete: data.last() == Some(&"[DONE]") && !text.contains("\"error\""),
+        complete,
     })
 }
 
@@ -326,12 +406,13 @@ fn run(seed: u64, engine: Engine, meddling: Meddling) {
         };
         let mut rng = Rng(seed);
         for p in PROVIDERS {
-            let scripts = (0..REQUESTS / 2).map(|_| script(&mut rng, p)).collect();
+            let scripts = (0..REQUESTS / 2).map(|_| script(&mut rng)).collect();
             g.vendors.script(p, scripts);
         }
         let plan: Vec<(Ask, Client)> = (0..REQUESTS)
             .map(|_| {
                 let ask = Ask {
+                    ingress: [Ingress::Chat, Ingress::Messages, Ingress::Responses][rng.below(3) as usize],
                     key: KEYS[rng.below(2) as usize],
                     stream: rng.below(2) == 0,
                     reasoning: rng.below(4) == 0,
@@ -350,7 +431,7 @@ fn run(seed: u64, engine: Engine, meddling: Meddling) {
         let read = Arc::new(Mutex::new(Vec::new()));
         let mut clients = Vec::new();
         for _ in 0..CLIENTS {
-            let (work, read, url) = (work.clone(), read.clone(), g.url("/v1/chat/completions"));
+            let (work, read, url) = (work.clone(), read.clone(), g.url(""));
             clients.push(tokio::spawn(async move {
                 loop {
                     let next = work.lock().unwrap().next();
@@ -431,18 +512,29 @@ fn run(seed: u64, engine: Engine, meddling: Meddling) {
         for r in read.iter() {
             let sent = format!("Hello from {}.", r.provider);
             if r.complete {
-                assert_eq!(r.text, sent, "seed {seed}");
+                assert_eq!(r.text, sent, "seed {seed}: {:?}", r.ingress);
             } else {
-                assert!(sent.starts_with(&r.text), "seed {seed}: `{}` is not a prefix of `{sent}`", r.text);
+                assert!(sent.starts_with(&r.text), "seed {seed}: {:?} `{}` is not a prefix of `{sent}`", r.ingress, r.text);
             }
         }
+        // All three ingresses reached the ledger, each recorded as its own.
+        let ingresses = g.ledger_db.column("SELECT DISTINCT ingress FROM requests ORDER BY 1").await;
+        assert_eq!(
+            ingresses,
+            ["chat", "messages", "responses"],
+            "seed {seed}: the ledger's ingresses"
+        );
         let outcomes = g
             .ledger_db
-            .rows("SELECT outcome || '/' || COALESCE(error_code, '-'), COUNT(*) FROM requests GROUP BY 1 ORDER BY 2 DESC")
+            .rows("SELECT ingress || ' ' || outcome || '/' || COALESCE(error_code, '-'), COUNT(*) FROM requests GROUP BY 1 ORDER BY 1")
             .await;
+        let whole = |i: Ingress| read.iter().filter(|r| r.ingress == i && r.complete).count();
         println!(
-            "seed {seed} ({engine:?}): {} streams read to the end; outcomes {outcomes:?}",
-            read.len()
+            "seed {seed} ({engine:?}): {} streams read to the end, whole: {} chat, {} messages, {} responses; outcomes {outcomes:?}",
+            read.len(),
+            whole(Ingress::Chat),
+            whole(Ingress::Messages),
+            whole(Ingress::Responses)
         );
     });
 }

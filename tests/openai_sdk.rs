@@ -143,7 +143,12 @@ fn responses_deselected() -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
     for class in ["TestResponses", "TestAsyncResponses"] {
         for verb in ["retrieve", "delete", "cancel"] {
-            for style in ["method", "raw_response", "streaming_response", "path_params"] {
+            for style in [
+                "method",
+                "raw_response",
+                "streaming_response",
+                "path_params",
+            ] {
                 out.push((
                     format!("{RESPONSES}::{class}::test_{style}_{verb}"),
                     "stored responses (retrieve/delete/cancel) live in OpenAI's store; purser does not serve them",
@@ -180,7 +185,13 @@ fn responses_deselected() -> Vec<(String, &'static str)> {
 
 fn responses_docs(vendors: &common::vendors::Vendors, mode: &str) -> Vec<String> {
     vec![
-        provider(vendors, "vendor", "openai", "us", &[(SDK_MODEL, "0.15", "0.60")]),
+        provider(
+            vendors,
+            "vendor",
+            "openai",
+            "us",
+            &[(SDK_MODEL, "0.15", "0.60")],
+        ),
         format!(
             "kind: policy\nid: sdk\nclients:\n  - {{ id: sdk-tests, key_sha256: \"{}\" }}\nmodels: [{SDK_MODEL}]\njurisdictions: [us]\nceiling: {{ per_request: \"1.00\", mode: {mode} }}\nmax_output_tokens: 256\n",
             sha(SDK_KEY)
@@ -223,7 +234,11 @@ async fn the_sdk_responses_tests_pass_through_purser() {
     let g = gateway(Engine::Postgres, "openai_sdk_responses", "soft").await;
     let files = [RESPONSES, INPUT_ITEMS, INPUT_TOKENS];
     let run = sdk::pytest(&tree, &files, &deselect, g.url("/v1"), &[]).await;
-    println!("responses, soft ceiling ({:?}): {}", g.ledger_db.engine(), run.summary);
+    println!(
+        "responses, soft ceiling ({:?}): {}",
+        g.ledger_db.engine(),
+        run.summary
+    );
     assert!(
         run.passed,
         "the SDK's responses tests failed through purser:\n{}\n{}",

@@ -1,6 +1,6 @@
 //! Mock vendors for the integration tests: one axum server on loopback that answers as
-//! OpenAI (`/{provider}/v1/chat/completions`), Anthropic (`/{provider}/v1/messages`)
-//! and Gemini (`/{provider}/v1beta/models/{model}:generateContent` or
+//! OpenAI (`/{provider}/v1/chat/completions` and the Responses API's
+//! `/{provider}/v1/responses`), Anthropic (`/{provider}/v1/messages`) and Gemini (`/{provider}/v1beta/models/{model}:generateContent` or
 //! `:streamGenerateContent?alt=sse`), each provider following its own script; and
 //! beside it a bare TCP server that hangs up on every request before answering.
 //!
@@ -54,6 +54,10 @@ pub enum Script {
     /// This exact SSE body, written as these pieces with a pause between them, so
     /// the reads split where a test wants them to.
     StreamPieces(Vec<Vec<u8>>),
+    /// The normal stream of whichever API is called, written in pieces split at these
+    /// byte offsets (each taken modulo the stream's length): for a provider that
+    /// serves two APIs (chat and Responses) where the script cannot know which.
+    StreamSplitAt(Vec<u64>),
     /// The normal answer (plain or streamed) with every usage figure taken out.
     NoUsage,
     /// A 302 to this URL (a vendor API never redirects; a client must not follow).
@@ -77,6 +81,13 @@ fn filtered(api: Api, text: &str) -> String {
             r#""finish_reason":"content_filter""#,
         ),
         Api::Anthropic => text.replace(r#""stop_reason":"end_turn""#, r#""stop_reason":"refusal""#),
+        // The Responses API ends a filtered answer `incomplete`, naming the filter.
+        Api::OpenaiResponses => text
+            .replace("response.completed", "response.incomplete")
+            .replace(
+                r#""status":"completed","model""#,
+                r#""status":"incomplete","incomplete_details":{"reason":"content_filter"},"model""#,
+            ),
         Api::Gemini => text
             .replace(r#""finishReason": "STOP""#, r#""finishReason": "SAFETY""#)
             .replace(r#""finishReason":"STOP""#, r#""finishReason":"SAFETY""#),
@@ -96,15 +107,20 @@ fn reads_only_max_completion_tokens(model: &str) -> bool {
 
 #[derive(Clone, Copy, Debug)]
 enum Api {
+    /// OpenAI's chat completions.
     Openai,
+    /// OpenAI's Responses API (`/v1/responses`).
+    OpenaiResponses,
     Anthropic,
     Gemini,
 }
 
 impl Api {
+    /// The fixtures' stem (`{name}.json`, `{name}.sse`, `{name}-blocked.json`).
     fn name(self) -> &'static str {
         match self {
             Api::Openai => "openai",
+            Api::OpenaiResponses => "openai-responses",
             Api::Anthropic => "anthropic",
             Api::Gemini => "gemini",
         }
@@ -308,7 +324,7 @@ fn named_events(name: &str, provider: &str, model: &str) -> Vec<String> {
 
 fn error_event(api: Api, body: &str) -> String {
     match api {
-        Api::Anthropic => format!("event: error\ndata: {body}\n\n"),
+        Api::Anthropic | Api::OpenaiResponses => format!("event: error\ndata: {body}\n\n"),
         Api::Openai | Api::Gemini => format!("data: {body}\n\n"),
     }
 }
@@ -320,7 +336,7 @@ fn json(status: StatusCode, body: String) -> Response {
 /// The vendor's own 401.
 fn unauthorized(api: Api) -> Response {
     let body = match api {
-        Api::Openai => {
+        Api::Openai | Api::OpenaiResponses => {
             r#"{"error":{"message":"Incorrect API key provided: sk-wrong. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#
         }
         Api::Anthropic => {
@@ -333,7 +349,7 @@ fn unauthorized(api: Api) -> Response {
     let status = match api {
         // Gemini answers a bad key with 400 INVALID_ARGUMENT, not 401.
         Api::Gemini => StatusCode::BAD_REQUEST,
-        Api::Openai | Api::Anthropic => StatusCode::UNAUTHORIZED,
+        Api::Openai | Api::OpenaiResponses | Api::Anthropic => StatusCode::UNAUTHORIZED,
     };
     json(status, body.into())
 }
@@ -451,6 +467,10 @@ async fn answer(
         ),
         Script::StreamBatched => sse(vec![events(api, &provider, &model).concat()], None, 0),
         Script::StreamPieces(pieces) => pieces_response(pieces),
+        Script::StreamSplitAt(offsets) => {
+            let body = events(api, &provider, &model).concat().into_bytes();
+            pieces_response(split_at(&body, &offsets))
+        }
         Script::NoUsage if stream => {
             let evs = events(api, &provider, &model)
                 .into_iter()
@@ -540,9 +560,8 @@ async fn anthropic(
 }
 
 /// OpenAI's Responses API: the normal answer is `openai-responses.json` (or `.sse`
-/// for a stream); a status script answers with that status and body; a stream error
-/// script sends that many events of the normal stream, then the body as an `error`
-/// event. Other scripts answer normally.
+/// for a stream), and every script plays as it does for the other APIs, in the
+/// Responses API's own shapes (its error events, its `incomplete` end for a filter).
 async fn openai_responses(
     State(v): State<Vendors>,
     Path(provider): Path<String>,
@@ -550,33 +569,10 @@ async fn openai_responses(
     body: axum::Json<Value>,
 ) -> Response {
     let key = header(&h, "authorization")
-        .strip_prefix("Bearer ")
-        .unwrap_or_default()
+        .trim_start_matches("Bearer ")
         .to_string();
-    let model = body.0["model"].as_str().unwrap_or_default().to_string();
-    let stream = body.0["stream"].as_bool().unwrap_or(false);
-    let (script, _) = v.take_batched(
-        &provider,
-        Call {
-            key,
-            body: body.0,
-            attempt: header(&h, "x-purser-attempt"),
-        },
-    );
-    let evs = || named_events("openai-responses", &provider, &model);
-    match script {
-        Script::Status(status, body) => json(StatusCode::from_u16(status).unwrap(), body),
-        Script::StreamErrorAfter(n, body) => {
-            let mut e: Vec<String> = evs().into_iter().take(n).collect();
-            e.push(format!("event: error\ndata: {body}\n\n"));
-            sse(e, None, 0)
-        }
-        _ if stream => sse(evs(), None, 0),
-        _ => json(
-            StatusCode::OK,
-            fixture("openai-responses.json", &provider, &model),
-        ),
-    }
+    let who = (key, header(&h, "x-purser-attempt"));
+    answer_named_in_body(v, Api::OpenaiResponses, provider, who, body.0).await
 }
 
 /// OpenAI and Anthropic name the model and ask for a stream in the body.
@@ -657,15 +653,35 @@ fn pieces_response(pieces: Vec<Vec<u8>>) -> Response {
         .into_response()
 }
 
-/// Every usage figure a vendor sends, removed.
+/// Every usage figure a vendor sends, removed (a Responses event carries it in its
+/// `response`, an Anthropic one in its `message`).
 fn strip_usage(v: &mut Value) {
     if let Some(o) = v.as_object_mut() {
         o.remove("usage");
         o.remove("usageMetadata");
-        if let Some(m) = o.get_mut("message").and_then(Value::as_object_mut) {
-            m.remove("usage");
+        for inner in ["message", "response"] {
+            if let Some(m) = o.get_mut(inner).and_then(Value::as_object_mut) {
+                m.remove("usage");
+            }
         }
     }
+}
+
+/// `body` in pieces split at `offsets` (each modulo its length).
+pub fn split_at(body: &[u8], offsets: &[u64]) -> Vec<Vec<u8>> {
+    let len = body.len().max(1) as u64;
+    let mut cuts: Vec<usize> = offsets.iter().map(|o| (o % len) as usize).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    for c in cuts.into_iter().chain([body.len()]) {
+        if c > from {
+            pieces.push(body[from..c].to_vec());
+            from = c;
+        }
+    }
+    pieces
 }
 
 /// One stream event without its usage; `None` for an event that carried only usage.
