@@ -75,7 +75,9 @@ fn responses(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRe
 
 /// A Responses API `usage` object (a response's, or the one `response.completed`
 /// carries): input with its cached part, output with its reasoning part, each output
-/// figure read at its largest reading as for chat.
+/// figure read at its largest reading as for chat. A non-zero count of any other class
+/// in the `_details` (`cache_write_tokens`, which the API now reports, or one added
+/// later) marks the cost estimated, by the same rule as chat.
 pub fn responses_usage(u: &Value) -> Usage {
     let input = count(u, "/input_tokens");
     let cached = count(u, "/input_tokens_details/cached_tokens");
@@ -91,6 +93,7 @@ pub fn responses_usage(u: &Value) -> Usage {
         output: super::largest([count(u, "/output_tokens"), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
+        unpriced: unpriced_in(u, ["input_tokens_details", "output_tokens_details"]),
         ..Usage::default()
     }
 }
@@ -158,7 +161,12 @@ pub fn usage_block(u: &Value) -> Usage {
 /// apart (anything in the `_details` but cached and reasoning tokens): a rule, so a
 /// class OpenAI adds next is caught too.
 fn unpriced_classes(u: &Value) -> bool {
-    ["prompt_tokens_details", "completion_tokens_details"]
+    unpriced_in(u, ["prompt_tokens_details", "completion_tokens_details"])
+}
+
+/// `unpriced_classes` over the named `_details` objects (chat's or the Responses API's).
+fn unpriced_in(u: &Value, details: [&str; 2]) -> bool {
+    details
         .iter()
         .filter_map(|d| u.get(*d).and_then(Value::as_object))
         .flatten()

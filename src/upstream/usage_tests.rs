@@ -551,3 +551,22 @@ fn finish_reasons_are_mapped_once_per_vendor_for_answers_and_streams() {
         assert_eq!(t.finish_reason(), Some(want), "{reason}");
     }
 }
+
+#[test]
+fn a_responses_usage_with_a_class_purser_does_not_price_is_marked_unpriced() {
+    let u = |details: Value| {
+        super::openai::responses_usage(&json!({
+            "input_tokens": 3000, "input_tokens_details": details,
+            "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 30},
+            "total_tokens": 3040,
+        }))
+    };
+    // Cached reads are priced; zero writes are nothing to price.
+    let plain = u(json!({"cached_tokens": 2048, "cache_write_tokens": 0,
+                         "cache_write_tokens_details": {"ttl_30m_tokens": 0, "ttl_12h_tokens": 0}}));
+    assert!(!plain.unpriced);
+    assert_eq!((plain.input, plain.cached_input), (Some(3000), Some(2048)));
+    // Cache writes the API reports, which purser has no rate for: estimated.
+    let writes = u(json!({"cached_tokens": 0, "cache_write_tokens": 1024}));
+    assert!(writes.unpriced);
+}
