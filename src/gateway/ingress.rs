@@ -36,6 +36,20 @@ pub const MESSAGES_FIELDS: &[(&str, Bearing)] = &[
     // Effort and output format: the format's schema is sent, so counted as input.
     ("output_config", Bearing::Input),
     ("service_tier", Bearing::Tier),
+    // Automatic caching: one `cache_control` mark on the last cacheable block, as a
+    // client may put inline. The worst case already prices every input token at the
+    // dearest input-side rate (cache writes, 1-hour ones included).
+    ("cache_control", Bearing::Neutral),
+    // Asks only for a cache-miss explanation in the answer.
+    ("diagnostics", Bearing::Neutral),
+    // `standard` is the rate the model entry lists; `fast` is checked below.
+    ("speed", Bearing::Neutral),
+    (
+        "inference_geo",
+        Bearing::Unbounded(
+            "inference pinned to a region can be billed at a regional premium the model entry does not price",
+        ),
+    ),
     (
         "container",
         Bearing::Unbounded("a code-execution container is billed by the hour it runs"),
@@ -88,6 +102,14 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
             Some(_) => {}
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
         }
+    }
+    match obj.get("speed") {
+        None | Some(Value::Null) => {}
+        Some(v) if v == "standard" => {}
+        Some(_) => unbounded.push((
+            "speed".into(),
+            "fast mode is billed at premium rates the model entry does not list",
+        )),
     }
     for (i, t) in obj
         .get("tools")
@@ -334,6 +356,48 @@ mod tests {
         let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["brand_new", "tools[2]"]);
+    }
+
+    /// The body of the official `anthropic` SDK's `test_method_create_with_all_params`
+    /// (2.15.0, `tests/api_resources/test_messages.py`): every field but the ones whose
+    /// cost no entry bounds (a code-execution container, a pinned region) is known.
+    #[test]
+    fn the_sdk_all_params_body_names_only_what_cannot_be_bounded() {
+        let body = json!({
+            "max_tokens": 1024,
+            "messages": [{"content": "Hello, world", "role": "user"}],
+            "model": "claude-opus-5-5",
+            "cache_control": {"type": "ephemeral", "ttl": "5m"},
+            "container": {"id": "id", "skills": [{"skill_id": "pdf", "type": "anthropic", "version": "latest"}]},
+            "diagnostics": {"previous_message_id": "previous_message_id"},
+            "inference_geo": "inference_geo",
+            "metadata": {"user_id": "13803d75-b4b5-4c3e-b2a2-6f21399b021b"},
+            "output_config": {"effort": "low", "format": {"schema": {"foo": "bar"}, "type": "json_schema"}},
+            "service_tier": "auto",
+            "speed": "standard",
+            "stop_sequences": ["string"],
+            "stream": false,
+            "system": [{"text": "Today's date is 2024-06-01.", "type": "text",
+                        "cache_control": {"type": "ephemeral", "ttl": "5m"}}],
+            "thinking": {"type": "adaptive", "display": "summarized"},
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+            "tools": [{"input_schema": {"type": "object"}, "name": "name", "type": "custom",
+                       "defer_loading": true, "strict": true}],
+        });
+        let p = parse_messages(&body).unwrap();
+        let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        names.sort_unstable();
+        // (`service_tier: auto` is checked at selection, against the tiers the
+        // destination's entry prices.)
+        assert_eq!(names, ["container", "inference_geo"], "{:?}", p.unbounded);
+        let mut fast = body.clone();
+        fast["speed"] = json!("fast");
+        let p = parse_messages(&fast).unwrap();
+        assert!(
+            p.unbounded.iter().any(|(f, _)| f == "speed"),
+            "{:?}",
+            p.unbounded
+        );
     }
 
     #[test]
