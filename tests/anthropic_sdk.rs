@@ -186,9 +186,15 @@ async fn gateway(engine: Engine, test: &str, ceiling: &str) -> Gateway {
         .unwrap()
 }
 
-/// Calls reached the vendor, and the ledger holds the money invariants for them.
+/// Calls reached the vendor, each request is booked as a served Messages request, and
+/// the ledger holds the money invariants for them.
 async fn settled(g: &Gateway) {
     assert!(g.vendors.calls("vendor") > 0, "no call reached the vendor");
     quiesce_on(&g.ledger_db, 10).await;
+    let booked = g
+        .ledger_db
+        .column("SELECT DISTINCT ingress || ' ' || outcome FROM requests")
+        .await;
+    assert_eq!(booked, ["messages served"]);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &["vendor"]).await;
 }

@@ -246,6 +246,11 @@ async fn the_sdk_responses_tests_pass_through_purser() {
     );
     assert!(g.vendors.calls("vendor") > 0, "no call reached the vendor");
     quiesce_on(&g.ledger_db, 10).await;
+    let booked = g
+        .ledger_db
+        .column("SELECT DISTINCT ingress || ' ' || outcome FROM requests")
+        .await;
+    assert_eq!(booked, ["responses served"]);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &["vendor"]).await;
 
     // The same kind of body under a hard ceiling: refused in the Responses envelope,
