@@ -270,5 +270,18 @@ async fn the_sdk_responses_tests_pass_through_purser() {
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["param"], "previous_response_id", "{body}");
     assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    // The deselected create tests' body (`client.responses.create()` sends `{}`): the
+    // 400 the deselection names, in the Responses envelope.
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/responses"))
+        .bearer_auth(SDK_KEY)
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "model", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     assert_eq!(g.vendors.calls("vendor"), 0);
 }
