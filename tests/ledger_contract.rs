@@ -122,6 +122,8 @@ fn served(id: &str, seq: u32, cost: &str) -> AttemptResult {
         output_tokens: Some(10),
         cost: m(cost),
         cost_basis: Some(CostBasis::Usage),
+        cache: Default::default(),
+        stored: None,
         message: None,
     }
 }

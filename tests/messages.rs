@@ -179,7 +179,28 @@ async fn served_natively_on(engine: Engine) {
     // 12×5 + 3000×0.5 + 1000×6.25 + 8×25, per million: every class at its own rate.
     assert_eq!(a.cost, "0.00801");
     assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_cache_tokens(a);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+/// The cache tokens of `anthropic-cache`, as the ledger records them: 3000 read, 1000
+/// written, all to the 5-minute cache (its `message_start` splits them, the
+/// `message_delta` repeats the totals without the split).
+fn assert_cache_tokens(a: &purser::ledger::read::AttemptRow) {
+    assert_eq!(
+        (
+            a.cache_read_tokens,
+            a.cache_write_tokens,
+            a.cache_write_5m_tokens,
+            a.cache_write_1h_tokens
+        ),
+        (Some(3000), Some(1000), Some(1000), Some(0)),
+        "{a:?}"
+    );
+    assert_eq!(
+        a.response_id, None,
+        "only a stored Responses answer has one"
+    );
 }
 
 #[tokio::test]
@@ -480,6 +501,34 @@ async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
         lines[0].contains(",ingress,") && lines[1].contains(",messages,"),
         "{csv}"
     );
+    // The mock's plain Anthropic answer reports no cache use: 0 read, 0 written, and no
+    // split of writes by lifetime (empty cells, not zeros).
+    let cell = |name: &str| {
+        let i = lines[0].split(',').position(|h| h == name).unwrap();
+        lines[1].split(',').nth(i).unwrap().to_string()
+    };
+    assert_eq!(
+        [
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens"
+        ]
+        .map(cell),
+        ["0", "0", "", ""],
+        "{csv}"
+    );
+    let v = g.admin_json("/audit/v1/requests?ingress=messages").await;
+    let a = &v["requests"][0]["attempts"][0];
+    assert_eq!(
+        (
+            &a["cache_read_tokens"],
+            &a["cache_write_tokens"],
+            &a["cache_write_1h_tokens"]
+        ),
+        (&json!(0), &json!(0), &Value::Null),
+        "{v}"
+    );
     let (_, metrics) = g.get_as("/metrics", None).await;
     assert!(
         metrics.contains(
@@ -563,6 +612,7 @@ async fn real_claude_code_turn_is_served_and_booked() {
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
     assert_eq!(a.cost, "0.00801");
+    assert_cache_tokens(a);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 

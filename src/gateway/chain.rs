@@ -237,6 +237,7 @@ impl Chain<'_> {
             breaker: self.deps.caller.breakers.get(&at.dest.provider).cloned(),
             sent,
             key,
+            stores: upstream::openai::stores(self.req),
         };
         tokio::spawn(tail.run(live, tx).instrument(tracing::Span::current()));
         served
@@ -252,6 +253,10 @@ impl Chain<'_> {
         status: Option<u16>,
         sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
+        let stored = match api {
+            Api::Openai => upstream::openai::stored(self.req, &json, 0),
+            Api::Anthropic | Api::Gemini => None,
+        };
         let (usage, reply) = match api {
             Api::Openai if self.req.ingress == Ingress::Responses => (
                 upstream::Usage {
@@ -284,6 +289,7 @@ impl Chain<'_> {
                 status,
                 verdict: Verdict::Served(charge),
                 reason: "a complete answer".into(),
+                stored,
             },
             Some(Closing {
                 outcome: ledger::Outcome::Served,
@@ -470,6 +476,7 @@ impl Chain<'_> {
                     message: msg.to_string(),
                 },
                 reason: decided.reason(&seen.failure),
+                stored: None,
             },
             closing,
         )

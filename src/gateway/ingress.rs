@@ -142,6 +142,10 @@ pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
     ("include", Bearing::Neutral),
     ("prompt_cache_key", Bearing::Neutral),
     ("prompt_cache_retention", Bearing::Neutral),
+    // Storing costs nothing by itself; a later turn that continues from the stored
+    // response through purser is bounded by the ledger, which records its id and
+    // tokens (`gateway::history`); one that bypasses purser is not purser's spend.
+    ("store", Bearing::Neutral),
     ("safety_identifier", Bearing::Neutral),
     ("user", Bearing::Neutral),
     ("metadata", Bearing::Neutral),
@@ -153,6 +157,8 @@ pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
     // `auto` drops input that does not fit: it can only lower what the bound counts.
     ("truncation", Bearing::Neutral),
     ("service_tier", Bearing::Tier),
+    // Bounded only by the ledger's record of the earlier turn (`gateway::history`),
+    // which takes this field off the unbounded list when it finds it.
     (
         "previous_response_id",
         Bearing::Unbounded(
@@ -218,14 +224,6 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
         match request::bearing_in(RESPONSES_FIELDS, k) {
             Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
             Some(_) => {}
-            None if k == "store" => {
-                if v == &Value::Bool(true) {
-                    unbounded.push((
-                        k.clone(),
-                        "a stored response is billed again as input when a later turn continues from it, out of the gateway's sight",
-                    ));
-                }
-            }
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
         }
     }
@@ -356,17 +354,15 @@ mod tests {
         .unwrap();
         let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
         names.sort_unstable();
+        // Storing is not unbounded by itself: a later turn is bounded by the ledger.
         assert_eq!(
             names,
-            [
-                "previous_response_id",
-                "store",
-                "tools[1]",
-                "tools[2].tools[0]"
-            ]
+            ["previous_response_id", "tools[1]", "tools[2].tools[0]"]
         );
-        let p = parse_responses(&json!({"model": "m", "input": "hi", "store": false})).unwrap();
-        assert!(p.unbounded.is_empty());
+        for store in [true, false] {
+            let p = parse_responses(&json!({"model": "m", "input": "hi", "store": store})).unwrap();
+            assert!(p.unbounded.is_empty());
+        }
     }
 
     #[test]

@@ -142,6 +142,17 @@ pub struct Usage {
     pub unpriced: bool,
 }
 
+/// A response the vendor stored for a later turn to continue from (OpenAI Responses
+/// API, `previous_response_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The vendor's id of the response.
+    pub id: String,
+    /// How many output items it holds (messages, reasoning, tool calls): each is framed
+    /// as a message when a later turn reads it back as input.
+    pub output_items: u64,
+}
+
 /// The service tier an answer says was served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServedTier {

@@ -73,6 +73,35 @@ fn responses(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRe
     }
 }
 
+/// Whether a Responses request has the vendor store its response, so that a later turn
+/// may continue from it (`previous_response_id`): unless it says `store: false`, the
+/// API's default being to store.
+pub fn stores(req: &ChatRequest) -> bool {
+    req.ingress == crate::ingress::Ingress::Responses
+        && req.body.get("store") != Some(&Value::Bool(false))
+}
+
+/// A Responses API answer (`response` object) the vendor stored for a later turn, if
+/// the request had it stored and the answer does not say it was not; `items_seen`: the
+/// output items a stream announced, should the answer list fewer.
+pub fn stored(
+    req: &ChatRequest,
+    response: &Value,
+    items_seen: u64,
+) -> Option<super::StoredResponse> {
+    if !stores(req) || response.get("store") == Some(&Value::Bool(false)) {
+        return None;
+    }
+    let listed = response
+        .get("output")
+        .and_then(Value::as_array)
+        .map_or(0, |a| a.len() as u64);
+    Some(super::StoredResponse {
+        id: response.get("id").and_then(Value::as_str)?.to_string(),
+        output_items: listed.max(items_seen),
+    })
+}
+
 /// A Responses API `usage` object (a response's, or the one `response.completed`
 /// carries): input with its cached part, output with its reasoning part, each output
 /// figure read at its largest reading as for chat.
