@@ -655,7 +655,11 @@ async fn cache_tokens_and_stored_responses_read_back_and_are_found_by_id_within_
     assert_eq!(a.response_id.as_deref(), Some("resp_1"));
     let b = &l.request("r2").await.unwrap().unwrap().attempts[0];
     assert_eq!(
-        (b.cache_read_tokens, b.cache_write_tokens, b.response_id.as_deref()),
+        (
+            b.cache_read_tokens,
+            b.cache_write_tokens,
+            b.response_id.as_deref()
+        ),
         (None, None, None),
         "not reported is not a reported 0"
     );

@@ -396,29 +396,174 @@ async fn count_tokens_answers_the_bound_and_charges_nothing() {
     assert_eq!(g.ledger_db.count("SELECT count(*) FROM requests").await, 0);
 }
 
-#[tokio::test]
-async fn messages_to_an_openai_destination_are_refused_naming_why() {
-    let g = common::start(|v| {
+/// A gateway whose model `m` is served only by an OpenAI chat destination.
+async fn openai_gateway() -> Gateway {
+    common::start(|v| {
         vec![
-            provider(v, "oai", "openai", "eu", &[("m", "1", "1")]),
+            // Images are counted at a declared bound: their tokens are not their bytes.
+            provider(v, "oai", "openai", "eu", &[("m", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
             format!(
                 "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: hard\nmax_output_tokens: 100\n",
                 sha(KEY)
             ),
         ]
     })
-    .await;
-    let body =
-        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
-    let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
+    .await
+}
+
+/// A Messages conversation with what translates faithfully: system blocks (with a
+/// cache mark, dropped), a tool, an earlier tool call and its result, an image.
+fn translatable(stream: bool) -> Value {
+    json!({
+        "model": "m", "max_tokens": 50, "stream": stream,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "ls", "description": "list", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {"dir": "."}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                {"type": "text", "text": "and this?"}]},
+        ],
+    })
+}
+
+#[tokio::test]
+async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages() {
+    let g = openai_gateway().await;
+    let (status, h, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
     let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(status, 400, "{v}");
-    assert_eq!(v["type"], "error");
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(
-        msg.contains("`api: anthropic`") && msg.contains("openai"),
-        "{msg}"
+    assert_eq!(status, 200, "{v}");
+    // The vendor got chat completions: the system first, the call, its result as a
+    // tool message right after it, then the rest of the user turn; the mark dropped.
+    let sent = &g.vendors.sent("oai")[0].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "and this?"}]},
+        ]),
+        "{sent}"
     );
+    assert_eq!(
+        sent["tools"],
+        json!([{"type": "function", "function": {"name": "ls", "description": "list", "parameters": {"type": "object"}}}])
+    );
+    // The answer in the Messages shape, under the client's model name.
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["model"], "m");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "text", "text": "Hello from oai."}])
+    );
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["usage"]["input_tokens"], 12);
+    assert_eq!(v["usage"]["output_tokens"], 8);
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "messages")
+    );
+    // 12 × 1 + 8 × 2 per million.
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn a_translated_stream_comes_back_as_anthropic_events() {
+    let g = openai_gateway().await;
+    let (status, _, out) = send(&g, &translatable(true), &[], "/v1/messages").await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{text}"
+    );
+    let said: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v.pointer("/delta/text")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(said, "Hello from oai.");
+    assert!(
+        !text.contains("[DONE]") && !text.contains("chat.completion"),
+        "{text}"
+    );
+    let end: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(end["delta"]["stop_reason"], "end_turn");
+    assert_eq!(end["usage"]["output_tokens"], 8, "{end}");
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn what_chat_completions_cannot_carry_is_refused_naming_the_field() {
+    let g = openai_gateway().await;
+    let think = json!({"model": "m", "max_tokens": 10, "thinking": {"type": "enabled", "budget_tokens": 5},
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let signed = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "…", "signature": "sig"}]},
+        {"role": "user", "content": "go on"}]});
+    let server_tool = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "tools": [{"type": "bash_20250124", "name": "bash"}]});
+    for (body, param) in [
+        (think, "thinking"),
+        (signed, "messages[1].content[0]"),
+        (server_tool, "tools[0]"),
+    ] {
+        let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], "error");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("`{param}`")) && msg.contains("openai"),
+            "{msg}"
+        );
+    }
+    // The Claude Code request as recorded (adaptive thinking, effort, context
+    // management) has no faithful chat form.
+    let (body, headers) = recorded();
+    let mut body = body;
+    body["model"] = json!("m");
+    let (status, _, out) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&out));
     assert_eq!(g.vendors.calls("oai"), 0);
 }
 

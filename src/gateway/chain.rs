@@ -267,6 +267,13 @@ impl Chain<'_> {
                 },
                 Reply::Verbatim(raw),
             ),
+            // A Messages request translated to chat: the answer goes back as a message.
+            Api::Openai if self.req.ingress == Ingress::Messages => {
+                let usage = upstream::openai::usage(&json);
+                let message =
+                    upstream::from_messages::message(&json, at.dest.model.as_str(), &usage);
+                (usage, Reply::Complete(message))
+            }
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             // A Messages request to Anthropic: the vendor's own answer is the client's.
             Api::Anthropic if self.req.ingress == Ingress::Messages => (

@@ -3,8 +3,9 @@
 //! (selection, admission, the chain, the ledger) is shared.
 //!
 //! The Anthropic Messages body passes through natively to `api: anthropic`
-//! destinations; to other APIs it is refused, naming the API, until a faithful
-//! translation exists.
+//! destinations, is translated to chat completions for `api: openai` ones where that is
+//! faithful (`upstream::from_messages`, which names what is not), and is refused for
+//! `api: gemini`, naming the API.
 
 use serde_json::Value;
 
@@ -277,14 +278,24 @@ pub struct NotNative {
 }
 
 /// Whether a destination speaking `api` can take this request: the chat translation
-/// table for chat (`upstream::fields`), native pass-through only for the others.
+/// table for chat (`upstream::fields`); for Messages, native pass-through to Anthropic
+/// or the faithful translation to chat completions; native only for Responses.
 pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
-    match ingress {
-        Ingress::Chat => {
+    match (ingress, api) {
+        (Ingress::Chat, _) => {
             crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
         }
-        Ingress::Messages => native(ingress, Api::Anthropic, api),
-        Ingress::Responses => native(ingress, Api::Openai, api),
+        (Ingress::Messages, Api::Openai) => crate::upstream::from_messages::chat_body(body)
+            .map(|_| ())
+            .map_err(|u| {
+                let why = format!(
+                    "`{}`: a messages request to provider API `openai` is translated to chat completions, where this has no faithful form: {}",
+                    u.param, u.why
+                );
+                (u.param, why)
+            }),
+        (Ingress::Messages, Api::Anthropic | Api::Gemini) => native(ingress, Api::Anthropic, api),
+        (Ingress::Responses, _) => native(ingress, Api::Openai, api),
     }
 }
 
@@ -366,10 +377,10 @@ mod tests {
     }
 
     #[test]
-    fn messages_go_natively_to_anthropic_only() {
+    fn messages_go_natively_to_anthropic_and_not_to_gemini() {
         let b = json!({});
         assert!(check(Ingress::Messages, Api::Anthropic, &b).is_ok());
-        let (param, why) = check(Ingress::Messages, Api::Openai, &b).unwrap_err();
+        let (param, why) = check(Ingress::Messages, Api::Gemini, &b).unwrap_err();
         assert_eq!(param, "model");
         assert!(why.contains("`api: anthropic`"), "{why}");
     }

@@ -56,6 +56,9 @@ pub struct Live {
     hold_end: bool,
     /// The held end, sent once the attempt is recorded.
     held_end: Vec<Bytes>,
+    /// A Messages request translated to chat completions: the chunks written back as
+    /// Anthropic events, under the model name the client asked for.
+    to_messages: Option<(upstream::from_messages::EventWriter, String)>,
 }
 
 pub enum Start {
@@ -191,6 +194,8 @@ pub async fn first_content(
         idle,
         hold_end: false,
         held_end: Vec::new(),
+        to_messages: (ingress == Ingress::Messages && api != Api::Anthropic)
+            .then(|| (Default::default(), dest.model.to_string())),
     };
     // Kept only while no event has been seen: an upstream that ignored `stream` and
     // answered in one JSON body is replayed as chunks rather than called a failure.
@@ -302,17 +307,30 @@ impl Live {
     fn native(&self) -> bool {
         match self.ingress {
             Ingress::Chat => false,
-            Ingress::Messages | Ingress::Responses => true,
+            Ingress::Messages => self.to_messages.is_none(),
+            Ingress::Responses => true,
         }
     }
 
     /// What one event gives the client, in its ingress's format: the vendor's event
     /// as sent, or the chunks translated from it.
-    fn out(&self, e: &SseEvent, chunks: Vec<Value>) -> Vec<Bytes> {
+    fn out(&mut self, e: &SseEvent, chunks: Vec<Value>) -> Vec<Bytes> {
         if self.native() {
             vec![raw(e)]
         } else {
-            chunks.iter().map(sse).collect()
+            self.written(&chunks)
+        }
+    }
+
+    /// OpenAI chunks as the client reads them: as they are, or as Anthropic events.
+    fn written(&mut self, chunks: &[Value]) -> Vec<Bytes> {
+        match &mut self.to_messages {
+            Some((w, model)) => chunks
+                .iter()
+                .flat_map(|c| w.chunk(c, model))
+                .map(Bytes::from)
+                .collect(),
+            None => chunks.iter().map(sse).collect(),
         }
     }
 
@@ -421,7 +439,8 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
                     event: None,
                     data: data.to_string(),
                 });
-                live.pending.extend(chunks.iter().map(sse));
+                let out = live.written(&chunks);
+                live.pending.extend(out);
             }
             live.translator = t;
             live.exhausted = true;
@@ -625,6 +644,15 @@ impl Tail {
             End::Complete if live.native() => {
                 for b in std::mem::take(&mut live.held_end) {
                     out.send(b).await;
+                }
+            }
+            // A Messages request translated to chat: Anthropic's own ending.
+            End::Complete if live.to_messages.is_some() => {
+                let usage = live.translator.usage();
+                if let Some((w, _)) = &mut live.to_messages {
+                    for e in w.end(&usage) {
+                        out.send(Bytes::from(e)).await;
+                    }
                 }
             }
             End::Complete => {

@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod bound;
 pub mod fields;
+pub mod from_messages;
 pub mod gemini;
 pub mod openai;
 pub mod stream;

@@ -12,10 +12,15 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    if req.ingress == crate::ingress::Ingress::Responses {
-        return responses(dest, base_url, key, req);
-    }
-    let mut body = req.body.clone();
+    let mut body = match req.ingress {
+        crate::ingress::Ingress::Responses => return responses(dest, base_url, key, req),
+        // Checked before any call (`gateway::ingress::check`): a body that has no
+        // faithful chat form never gets here.
+        crate::ingress::Ingress::Messages => {
+            super::from_messages::chat_body(&req.body).unwrap_or_else(|_| json!({"messages": []}))
+        }
+        crate::ingress::Ingress::Chat => req.body.clone(),
+    };
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
         // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
