@@ -785,7 +785,14 @@ impl Engine {
                     ),
                 });
             }
-            let continued = history.map_or(Ok(0), |h| h.tokens_at(d))?;
+            // The continued history: bounded where the response is stored; elsewhere
+            // (or with its usage unknown) unbounded, a risk only a policy that needs
+            // no proof takes.
+            let continued = match history.map(|h| h.tokens_at(d)) {
+                Some(Ok(n)) => n,
+                Some(Err(u)) if strict => return Err(u),
+                Some(Err(_)) | None => 0,
+            };
             Ok(TokenBounds {
                 input: crate::upstream::bound::input_tokens(d, req, undeclared)?
                     .saturating_add(continued),

@@ -358,6 +358,7 @@ pub fn input_tokens(
         Some(chat) => content_walk(chat, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
+        // Not translated here: `sent_bytes` walks (or translates) it.
         None => sent_bytes(dest, req),
     };
     let body = translated.as_ref().unwrap_or(&req.body);
@@ -406,6 +407,13 @@ pub fn input_tokens(
 /// bytes those edits can add are added: the upstream model id and `EDITS`.
 pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
     match dest.api {
+        Api::Openai if req.ingress == Ingress::Messages => {
+            super::from_messages::chat_body(&req.body).map_or(0, |chat| {
+                content_walk(&chat, "messages", "content", is_media_part)
+                    .saturating_add(dest.upstream_model.len() as u64)
+                    .saturating_add(OPENAI_EDITS)
+            })
+        }
         Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
