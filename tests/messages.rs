@@ -531,6 +531,101 @@ async fn a_translated_stream_comes_back_as_anthropic_events() {
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
 }
 
+/// The data of each event in an SSE body, parsed.
+fn event_data(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_translated_tool_call_comes_back_as_tool_use_plain_and_streamed() {
+    let g = openai_gateway().await;
+    let plain = r#"{"id":"chatcmpl-t","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"ls","arguments":"{\"dir\":\".\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":30,"completion_tokens":9,"total_tokens":39}}"#;
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+        .into_bytes()
+    };
+    let streamed = vec![
+        chunk(json!({"role": "assistant", "content": "Listing."}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"dir\":\".\"}"}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                   "usage": {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39}})
+        )
+        .into_bytes(),
+    ];
+    g.vendors.script(
+        "oai",
+        vec![
+            Script::Status(200, plain.into()),
+            Script::StreamPieces(streamed),
+        ],
+    );
+    let (status, _, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "tool_use", "id": "call_1", "name": "ls", "input": {"dir": "."}}])
+    );
+    assert_eq!(
+        (&v["usage"]["input_tokens"], &v["usage"]["output_tokens"]),
+        (&json!(30), &json!(9))
+    );
+
+    let (status, _, out) = send(&g, &translatable(true), &[], "/v1/messages").await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let ev = event_data(&text);
+    let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        ev[4]["content_block"],
+        json!({"type": "tool_use", "id": "call_1", "name": "ls", "input": {}})
+    );
+    assert_eq!(ev[5]["delta"]["partial_json"], "{\"dir\":\".\"}");
+    assert_eq!(ev[7]["delta"]["stop_reason"], "tool_use");
+    assert_eq!(ev[7]["usage"]["output_tokens"], 9);
+    quiesce_on(&g.ledger_db, 5).await;
+    // 30 × 1 + 9 × 2 per million, each answer.
+    let rows = g
+        .ledger_db
+        .column("SELECT cost FROM attempts ORDER BY started_at")
+        .await;
+    assert_eq!(rows, ["0.000048", "0.000048"]);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
 #[tokio::test]
 async fn what_chat_completions_cannot_carry_is_refused_naming_the_field() {
     let g = openai_gateway().await;
