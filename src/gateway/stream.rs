@@ -649,8 +649,8 @@ impl Tail {
             // A Messages request translated to chat: Anthropic's own ending.
             End::Complete if live.to_messages.is_some() => {
                 let usage = live.translator.usage();
-                if let Some((w, _)) = &mut live.to_messages {
-                    for e in w.end(&usage) {
+                if let Some((w, model)) = &mut live.to_messages {
+                    for e in w.end(&usage, model) {
                         out.send(Bytes::from(e)).await;
                     }
                 }

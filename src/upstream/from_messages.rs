@@ -443,17 +443,7 @@ impl EventWriter {
     /// The events one OpenAI chunk makes.
     pub fn chunk(&mut self, c: &Value, model: &str) -> Vec<String> {
         let mut out = Vec::new();
-        if !self.started {
-            self.started = true;
-            out.push(event(
-                "message_start",
-                &json!({"type": "message_start", "message": {
-                    "id": format!("msg_{}", c.get("id").and_then(Value::as_str).unwrap_or_default()),
-                    "type": "message", "role": "assistant", "model": model, "content": [],
-                    "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": 0, "output_tokens": 0}}}),
-            ));
-        }
+        self.start(c.get("id").and_then(Value::as_str), model, &mut out);
         let delta = c.pointer("/choices/0/delta").unwrap_or(&Value::Null);
         if let Some(t) = delta
             .get("content")
@@ -512,6 +502,23 @@ impl EventWriter {
         out
     }
 
+    /// `message_start`, once. Chat reports usage only at the end: it goes in
+    /// `message_delta`, which Anthropic's clients read too.
+    fn start(&mut self, id: Option<&str>, model: &str, out: &mut Vec<String>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        out.push(event(
+            "message_start",
+            &json!({"type": "message_start", "message": {
+                "id": format!("msg_{}", id.unwrap_or_default()),
+                "type": "message", "role": "assistant", "model": model, "content": [],
+                "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+        ));
+    }
+
     fn open(&mut self, tool: Option<u64>) -> u64 {
         let index = self.next;
         self.next += 1;
@@ -530,8 +537,10 @@ impl EventWriter {
 
     /// The end of a complete answer: the open block closed, the stop reason and usage,
     /// `message_stop`.
-    pub fn end(&mut self, usage: &Usage) -> Vec<String> {
+    pub fn end(&mut self, usage: &Usage, model: &str) -> Vec<String> {
         let mut out = Vec::new();
+        // An answer with no chunk that made an event still opens with message_start.
+        self.start(None, model, &mut out);
         self.close(&mut out);
         out.push(event(
             "message_delta",
@@ -568,12 +577,15 @@ mod tests {
         for c in &chunks {
             out.extend(w.chunk(c, "m"));
         }
-        out.extend(w.end(&Usage {
-            input: Some(100),
-            cached_input: Some(40),
-            output: Some(7),
-            ..Usage::default()
-        }));
+        out.extend(w.end(
+            &Usage {
+                input: Some(100),
+                cached_input: Some(40),
+                output: Some(7),
+                ..Usage::default()
+            },
+            "m",
+        ));
         let ev = events(&out);
         let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
@@ -597,6 +609,14 @@ mod tests {
         // Anthropic's input count excludes the cache reads, which are their own.
         assert_eq!(ev[7]["usage"]["input_tokens"], 60);
         assert_eq!(ev[7]["usage"]["cache_read_input_tokens"], 40);
+    }
+
+    #[test]
+    fn an_answer_without_content_still_opens_and_closes_the_message() {
+        let mut w = EventWriter::default();
+        let ev = events(&w.end(&Usage::default(), "m"));
+        let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["message_start", "message_delta", "message_stop"]);
     }
 
     #[test]
