@@ -398,7 +398,14 @@ async fn count_tokens_answers_the_bound_and_charges_nothing() {
 
 /// A gateway whose model `m` is served only by an OpenAI chat destination.
 async fn openai_gateway() -> Gateway {
-    common::start(|v| {
+    openai_gateway_on(Engine::Sqlite, "messages_translated")
+        .await
+        .unwrap()
+}
+
+/// As `openai_gateway`, with the ledger on `engine` (`None`: PostgreSQL skipped here).
+async fn openai_gateway_on(engine: Engine, test: &str) -> Option<Gateway> {
+    common::start_on(engine, test, |v| {
         vec![
             // Images are counted at a declared bound: their tokens are not their bytes.
             provider(v, "oai", "openai", "eu", &[("m", "1", "2")])
@@ -430,9 +437,10 @@ fn translatable(stream: bool) -> Value {
     })
 }
 
-#[tokio::test]
-async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages() {
-    let g = openai_gateway().await;
+async fn translated_on(engine: Engine) {
+    let Some(g) = openai_gateway_on(engine, "messages_translated_plain").await else {
+        return;
+    };
     let (status, h, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(status, 200, "{v}");
@@ -482,8 +490,19 @@ async fn messages_to_an_openai_destination_are_translated_and_answered_as_messag
 }
 
 #[tokio::test]
-async fn a_translated_stream_comes_back_as_anthropic_events() {
-    let g = openai_gateway().await;
+async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages_sqlite() {
+    translated_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages_postgres() {
+    translated_on(Engine::Postgres).await;
+}
+
+async fn translated_stream_on(engine: Engine) {
+    let Some(g) = openai_gateway_on(engine, "messages_translated_stream").await else {
+        return;
+    };
     let (status, _, out) = send(&g, &translatable(true), &[], "/v1/messages").await;
     let text = String::from_utf8(out).unwrap();
     assert_eq!(status, 200, "{text}");
@@ -529,6 +548,16 @@ async fn a_translated_stream_comes_back_as_anthropic_events() {
     assert_eq!(end["usage"]["output_tokens"], 8, "{end}");
     quiesce_on(&g.ledger_db, 5).await;
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn a_translated_stream_comes_back_as_anthropic_events_sqlite() {
+    translated_stream_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_translated_stream_comes_back_as_anthropic_events_postgres() {
+    translated_stream_on(Engine::Postgres).await;
 }
 
 /// The data of each event in an SSE body, parsed.
