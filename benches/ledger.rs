@@ -69,6 +69,8 @@ fn success(id: &str, seq: u32, now: time::OffsetDateTime, cost: Money) -> Attemp
         output_tokens: Some(50),
         cost,
         cost_basis: Some(purser::pricing::CostBasis::Usage),
+        cache: Default::default(),
+        stored: None,
         message: None,
     }
 }

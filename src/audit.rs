@@ -230,7 +230,7 @@ pub fn attempts_query(pairs: Pairs<'_>) -> Result<Filter, AuditError> {
 }
 
 /// The CSV header, in the order of `csv_record`.
-pub const CSV_HEADER: [&str; 26] = [
+pub const CSV_HEADER: [&str; 31] = [
     "request_id",
     "received_at",
     "policy",
@@ -252,10 +252,15 @@ pub const CSV_HEADER: [&str; 26] = [
     "reason",
     "input_tokens",
     "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
     "cost",
     "worst_case",
     "cost_basis",
     "message",
+    "response_id",
     "currency",
 ];
 
@@ -286,10 +291,15 @@ pub fn csv_record(line: &AttemptLine, currency: &str) -> Vec<String> {
         opt(&a.reason),
         num(a.input_tokens),
         num(a.output_tokens),
+        num(a.cache_read_tokens),
+        num(a.cache_write_tokens),
+        num(a.cache_write_5m_tokens),
+        num(a.cache_write_1h_tokens),
         a.cost.clone(),
         a.worst_case.clone(),
         opt(&a.cost_basis),
         opt(&a.message),
+        opt(&a.response_id),
         currency.to_string(),
     ]
     .into_iter()

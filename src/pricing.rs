@@ -41,6 +41,40 @@ pub struct Charge {
     /// Input tokens as the ledger records them (None: the vendor reported none).
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// The prompt-cache parts of `input_tokens`, as the ledger records them.
+    pub cache: CacheTokens,
+}
+
+/// The prompt-cache parts of an attempt's input, as reported: what the ledger's
+/// `cache_*_tokens` columns hold. `None`: not reported, not a reported 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheTokens {
+    /// Read from the vendor's prompt cache.
+    pub read: Option<u64>,
+    /// Written to it, whatever the lifetime.
+    pub write: Option<u64>,
+    /// Of `write`, to the 5-minute cache: the writes not reported as 1-hour ones, as
+    /// `charge` prices them. `None` where the vendor did not split writes by lifetime.
+    pub write_5m: Option<u64>,
+    /// Of `write`, to the 1-hour cache. `None` where the vendor did not split them.
+    pub write_1h: Option<u64>,
+}
+
+impl CacheTokens {
+    pub fn of(usage: &Usage) -> CacheTokens {
+        let split = usage.cache_write_1h.map(|h| {
+            let write = usage.cache_write.unwrap_or(0);
+            // More 1-hour writes than writes in all (a vendor inconsistency) are
+            // recorded as reported; the 5-minute part is what is left, at least 0.
+            (write.saturating_sub(h), h)
+        });
+        CacheTokens {
+            read: usage.cached_input,
+            write: usage.cache_write,
+            write_5m: split.map(|(short, _)| short),
+            write_1h: split.map(|(_, long)| long),
+        }
+    }
 }
 
 /// Price a success (or the part of a stream that was delivered) from its usage.
@@ -146,6 +180,7 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         basis,
         input_tokens: usage.input,
         output_tokens: usage.output,
+        cache: CacheTokens::of(usage),
     }
 }
 

@@ -347,6 +347,8 @@ fn ended(id: &str, seq: u32, billing: Billing, cost: &str) -> AttemptResult {
         output_tokens: None,
         cost: m(cost),
         cost_basis: None,
+        cache: Default::default(),
+        stored: None,
         message: None,
     }
 }

@@ -67,7 +67,10 @@ async fn migrates_from_empty_and_from_each_earlier_version() {
     drop(Ledger::open(&fresh, Options::default()).unwrap());
     assert_eq!(version(&fresh), ledger::latest_version());
 
-    for earlier in 1..ledger::latest_version() {
+    // Each version a migration reaches (the numbers are assigned per change, so a
+    // branch may skip some).
+    let versions = ledger::MIGRATIONS.map(|(v, _, _)| v);
+    for &earlier in &versions[..versions.len() - 1] {
         let path = dir.path().join(format!("v{earlier}.db"));
         {
             let mut c = ledger::connect(&path, &Options::default()).unwrap();
@@ -307,6 +310,8 @@ async fn concurrent_admissions_never_pass_the_cap() {
         output_tokens: Some(10),
         cost: m("0.005"),
         cost_basis: Some(purser::pricing::CostBasis::Usage),
+        cache: Default::default(),
+        stored: None,
         message: None,
     })
     .await

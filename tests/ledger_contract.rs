@@ -122,6 +122,8 @@ fn served(id: &str, seq: u32, cost: &str) -> AttemptResult {
         output_tokens: Some(10),
         cost: m(cost),
         cost_basis: Some(CostBasis::Usage),
+        cache: Default::default(),
+        stored: None,
         message: None,
     }
 }
@@ -191,6 +193,7 @@ contract!(
     a_top_up_raises_every_window_or_none,
     an_interrupted_request_is_charged_what_its_attempts_may_have_cost,
     a_probe_is_a_write,
+    cache_tokens_and_stored_responses_read_back_and_are_found_by_id_within_their_policy,
 );
 
 async fn in_flight_rows_become_interrupted_at_restart_and_settle(db: Db) {
@@ -601,4 +604,79 @@ async fn a_probe_is_a_write(db: Db) {
     assert!(l.writable());
     l.probe().await.unwrap();
     assert!(l.writable());
+}
+
+async fn cache_tokens_and_stored_responses_read_back_and_are_found_by_id_within_their_policy(
+    db: Db,
+) {
+    let (l, _) = db.open().await;
+    let cache = purser::pricing::CacheTokens {
+        read: Some(3000),
+        write: Some(1000),
+        write_5m: Some(400),
+        write_1h: Some(600),
+    };
+    l.admit_with_attempt(req("r1", "0.1"), vec![], attempt("r1", 1))
+        .await
+        .unwrap();
+    let stored = AttemptResult {
+        input_tokens: Some(4012),
+        output_tokens: Some(8),
+        cache,
+        stored: Some(purser::upstream::StoredResponse {
+            id: "resp_1".into(),
+            output_items: 2,
+        }),
+        ..served("r1", 1, "0.001")
+    };
+    l.finish(stored, done("r1", "0.001")).await.unwrap();
+    // Another policy's request, whose attempt stored nothing.
+    let other = NewRequest {
+        policy: "elsewhere".into(),
+        ..req("r2", "0.1")
+    };
+    l.admit_with_attempt(other, vec![], attempt("r2", 1))
+        .await
+        .unwrap();
+    l.finish(served("r2", 1, "0.001"), done("r2", "0.001"))
+        .await
+        .unwrap();
+
+    let a = &l.request("r1").await.unwrap().unwrap().attempts[0];
+    assert_eq!(
+        (
+            a.cache_read_tokens,
+            a.cache_write_tokens,
+            a.cache_write_5m_tokens,
+            a.cache_write_1h_tokens
+        ),
+        (Some(3000), Some(1000), Some(400), Some(600))
+    );
+    assert_eq!(a.response_id.as_deref(), Some("resp_1"));
+    let b = &l.request("r2").await.unwrap().unwrap().attempts[0];
+    assert_eq!(
+        (
+            b.cache_read_tokens,
+            b.cache_write_tokens,
+            b.response_id.as_deref()
+        ),
+        (None, None, None),
+        "not reported is not a reported 0"
+    );
+
+    let turn = l.stored_turn("resp_1", "team").await.unwrap().unwrap();
+    assert_eq!(
+        turn,
+        purser::ledger::StoredTurn {
+            request_id: "r1".into(),
+            provider: "openai-us".into(),
+            upstream_model: "gpt-4o-mini".into(),
+            input_tokens: Some(4012),
+            output_tokens: Some(8),
+            output_items: 2,
+        }
+    );
+    // Only within the policy whose request stored it, and only by its exact id.
+    assert_eq!(l.stored_turn("resp_1", "elsewhere").await.unwrap(), None);
+    assert_eq!(l.stored_turn("resp_2", "team").await.unwrap(), None);
 }

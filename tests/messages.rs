@@ -179,7 +179,28 @@ async fn served_natively_on(engine: Engine) {
     // 12×5 + 3000×0.5 + 1000×6.25 + 8×25, per million: every class at its own rate.
     assert_eq!(a.cost, "0.00801");
     assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_cache_tokens(a);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+/// The cache tokens of `anthropic-cache`, as the ledger records them: 3000 read, 1000
+/// written, all to the 5-minute cache (its `message_start` splits them, the
+/// `message_delta` repeats the totals without the split).
+fn assert_cache_tokens(a: &purser::ledger::read::AttemptRow) {
+    assert_eq!(
+        (
+            a.cache_read_tokens,
+            a.cache_write_tokens,
+            a.cache_write_5m_tokens,
+            a.cache_write_1h_tokens
+        ),
+        (Some(3000), Some(1000), Some(1000), Some(0)),
+        "{a:?}"
+    );
+    assert_eq!(
+        a.response_id, None,
+        "only a stored Responses answer has one"
+    );
 }
 
 #[tokio::test]
@@ -375,29 +396,298 @@ async fn count_tokens_answers_the_bound_and_charges_nothing() {
     assert_eq!(g.ledger_db.count("SELECT count(*) FROM requests").await, 0);
 }
 
-#[tokio::test]
-async fn messages_to_an_openai_destination_are_refused_naming_why() {
-    let g = common::start(|v| {
+/// A gateway whose model `m` is served only by an OpenAI chat destination.
+async fn openai_gateway() -> Gateway {
+    openai_gateway_on(Engine::Sqlite, "messages_translated")
+        .await
+        .unwrap()
+}
+
+/// As `openai_gateway`, with the ledger on `engine` (`None`: PostgreSQL skipped here).
+async fn openai_gateway_on(engine: Engine, test: &str) -> Option<Gateway> {
+    common::start_on(engine, test, |v| {
         vec![
-            provider(v, "oai", "openai", "eu", &[("m", "1", "1")]),
+            // Images are counted at a declared bound: their tokens are not their bytes.
+            provider(v, "oai", "openai", "eu", &[("m", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
             format!(
                 "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: hard\nmax_output_tokens: 100\n",
                 sha(KEY)
             ),
         ]
     })
-    .await;
-    let body =
-        json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
-    let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
+    .await
+}
+
+/// A Messages conversation with what translates faithfully: system blocks (with a
+/// cache mark, dropped), a tool, an earlier tool call and its result, an image.
+fn translatable(stream: bool) -> Value {
+    json!({
+        "model": "m", "max_tokens": 50, "stream": stream,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "ls", "description": "list", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {"dir": "."}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                {"type": "text", "text": "and this?"}]},
+        ],
+    })
+}
+
+async fn translated_on(engine: Engine) {
+    let Some(g) = openai_gateway_on(engine, "messages_translated_plain").await else {
+        return;
+    };
+    let (status, h, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
     let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(status, 400, "{v}");
-    assert_eq!(v["type"], "error");
-    let msg = v["error"]["message"].as_str().unwrap();
-    assert!(
-        msg.contains("`api: anthropic`") && msg.contains("openai"),
-        "{msg}"
+    assert_eq!(status, 200, "{v}");
+    // The vendor got chat completions: the system first, the call, its result as a
+    // tool message right after it, then the rest of the user turn; the mark dropped.
+    let sent = &g.vendors.sent("oai")[0].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "and this?"}]},
+        ]),
+        "{sent}"
     );
+    assert_eq!(
+        sent["tools"],
+        json!([{"type": "function", "function": {"name": "ls", "description": "list", "parameters": {"type": "object"}}}])
+    );
+    // The answer in the Messages shape, under the client's model name.
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["model"], "m");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "text", "text": "Hello from oai."}])
+    );
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["usage"]["input_tokens"], 12);
+    assert_eq!(v["usage"]["output_tokens"], 8);
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "messages")
+    );
+    // 12 × 1 + 8 × 2 per million.
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages_sqlite() {
+    translated_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn messages_to_an_openai_destination_are_translated_and_answered_as_messages_postgres() {
+    translated_on(Engine::Postgres).await;
+}
+
+async fn translated_stream_on(engine: Engine) {
+    let Some(g) = openai_gateway_on(engine, "messages_translated_stream").await else {
+        return;
+    };
+    let (status, _, out) = send(&g, &translatable(true), &[], "/v1/messages").await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{text}"
+    );
+    let said: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v.pointer("/delta/text")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(said, "Hello from oai.");
+    assert!(
+        !text.contains("[DONE]") && !text.contains("chat.completion"),
+        "{text}"
+    );
+    let end: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "message_delta")
+        .unwrap();
+    assert_eq!(end["delta"]["stop_reason"], "end_turn");
+    assert_eq!(end["usage"]["output_tokens"], 8, "{end}");
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn a_translated_stream_comes_back_as_anthropic_events_sqlite() {
+    translated_stream_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_translated_stream_comes_back_as_anthropic_events_postgres() {
+    translated_stream_on(Engine::Postgres).await;
+}
+
+/// The data of each event in an SSE body, parsed.
+fn event_data(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_translated_tool_call_comes_back_as_tool_use_plain_and_streamed() {
+    let g = openai_gateway().await;
+    let plain = r#"{"id":"chatcmpl-t","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"ls","arguments":"{\"dir\":\".\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":30,"completion_tokens":9,"total_tokens":39}}"#;
+    let chunk = |delta: Value, finish: Value| {
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        )
+        .into_bytes()
+    };
+    let streamed = vec![
+        chunk(json!({"role": "assistant", "content": "Listing."}), Value::Null),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "ls", "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"dir\":\".\"}"}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            json!({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                   "usage": {"prompt_tokens": 30, "completion_tokens": 9, "total_tokens": 39}})
+        )
+        .into_bytes(),
+    ];
+    g.vendors.script(
+        "oai",
+        vec![
+            Script::Status(200, plain.into()),
+            Script::StreamPieces(streamed),
+        ],
+    );
+    let (status, _, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["stop_reason"], "tool_use");
+    assert_eq!(
+        v["content"],
+        json!([{"type": "tool_use", "id": "call_1", "name": "ls", "input": {"dir": "."}}])
+    );
+    assert_eq!(
+        (&v["usage"]["input_tokens"], &v["usage"]["output_tokens"]),
+        (&json!(30), &json!(9))
+    );
+
+    let (status, _, out) = send(&g, &translatable(true), &[], "/v1/messages").await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let ev = event_data(&text);
+    let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
+        "{text}"
+    );
+    assert_eq!(
+        ev[4]["content_block"],
+        json!({"type": "tool_use", "id": "call_1", "name": "ls", "input": {}})
+    );
+    assert_eq!(ev[5]["delta"]["partial_json"], "{\"dir\":\".\"}");
+    assert_eq!(ev[7]["delta"]["stop_reason"], "tool_use");
+    assert_eq!(ev[7]["usage"]["output_tokens"], 9);
+    quiesce_on(&g.ledger_db, 5).await;
+    // 30 × 1 + 9 × 2 per million, each answer.
+    let rows = g
+        .ledger_db
+        .column("SELECT cost FROM attempts ORDER BY started_at")
+        .await;
+    assert_eq!(rows, ["0.000048", "0.000048"]);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["oai"]).await;
+}
+
+#[tokio::test]
+async fn what_chat_completions_cannot_carry_is_refused_naming_the_field() {
+    let g = openai_gateway().await;
+    let think = json!({"model": "m", "max_tokens": 10, "thinking": {"type": "enabled", "budget_tokens": 5},
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let signed = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "…", "signature": "sig"}]},
+        {"role": "user", "content": "go on"}]});
+    let server_tool = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "tools": [{"type": "bash_20250124", "name": "bash"}]});
+    for (body, param) in [
+        (think, "thinking"),
+        (signed, "messages[1].content[0]"),
+        (server_tool, "tools[0]"),
+    ] {
+        let (status, _, out) = send(&g, &body, &[], "/v1/messages").await;
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(status, 400, "{v}");
+        assert_eq!(v["type"], "error");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(&format!("`{param}`")) && msg.contains("openai"),
+            "{msg}"
+        );
+    }
+    // The Claude Code request as recorded (adaptive thinking, effort, context
+    // management) has no faithful chat form.
+    let (body, headers) = recorded();
+    let mut body = body;
+    body["model"] = json!("m");
+    let (status, _, out) = send(&g, &body, &headers, "/v1/messages?beta=true").await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&out));
     assert_eq!(g.vendors.calls("oai"), 0);
 }
 
@@ -479,6 +769,34 @@ async fn the_audit_api_csv_and_metrics_tell_the_ingress_apart() {
     assert!(
         lines[0].contains(",ingress,") && lines[1].contains(",messages,"),
         "{csv}"
+    );
+    // The mock's plain Anthropic answer reports no cache use: 0 read, 0 written, and no
+    // split of writes by lifetime (empty cells, not zeros).
+    let cell = |name: &str| {
+        let i = lines[0].split(',').position(|h| h == name).unwrap();
+        lines[1].split(',').nth(i).unwrap().to_string()
+    };
+    assert_eq!(
+        [
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens"
+        ]
+        .map(cell),
+        ["0", "0", "", ""],
+        "{csv}"
+    );
+    let v = g.admin_json("/audit/v1/requests?ingress=messages").await;
+    let a = &v["requests"][0]["attempts"][0];
+    assert_eq!(
+        (
+            &a["cache_read_tokens"],
+            &a["cache_write_tokens"],
+            &a["cache_write_1h_tokens"]
+        ),
+        (&json!(0), &json!(0), &Value::Null),
+        "{v}"
     );
     let (_, metrics) = g.get_as("/metrics", None).await;
     assert!(
@@ -563,6 +881,7 @@ async fn real_claude_code_turn_is_served_and_booked() {
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(4012), Some(8)));
     assert_eq!(a.cost, "0.00801");
+    assert_cache_tokens(a);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 

@@ -123,7 +123,25 @@ async fn served_natively_on(engine: Engine) {
     // 952 uncached × 1.25 + 2048 cached × 0.125 + 40 output (30 reasoning) × 10, per M.
     assert_eq!(a.cost, "0.001846");
     assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_cache_tokens(a);
+    // Codex sends `store: false`: nothing to continue from, so no id is written.
+    assert_eq!(a.response_id, None);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+/// The cache tokens of the mock's Responses answer: 2048 of the 3000 input tokens read
+/// from the cache; OpenAI bills no cache writes (0) and has no cache lifetimes (null).
+fn assert_cache_tokens(a: &purser::ledger::read::AttemptRow) {
+    assert_eq!(
+        (
+            a.cache_read_tokens,
+            a.cache_write_tokens,
+            a.cache_write_5m_tokens,
+            a.cache_write_1h_tokens
+        ),
+        (Some(2048), Some(0), None, None),
+        "{a:?}"
+    );
 }
 
 #[tokio::test]
@@ -148,7 +166,106 @@ async fn a_plain_answer_is_the_vendors_own_and_priced_from_its_usage() {
     assert_eq!(v["object"], "response");
     assert_eq!(h["x-purser-cost"], "0.001846");
     quiesce_on(&g.ledger_db, 5).await;
+    let row = g.ledger_db.last_request().await;
+    assert_eq!(row.attempts[0].response_id, None, "`store: false`");
+    assert_cache_tokens(&row.attempts[0]);
+    // The vendor did not store it, so purser has nothing to bound a continuation with.
+    let (status, _, bytes) = send(
+        &g,
+        &json!({"model": MODEL, "input": "more", "previous_response_id": v["id"]}),
+    )
+    .await;
+    let e: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["param"], "previous_response_id", "{e}");
+    assert_eq!(g.vendors.calls(PROVIDER), 1);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+fn money(s: &str) -> rust_decimal::Decimal {
+    s.parse().unwrap()
+}
+
+/// A two-turn conversation through purser under a hard ceiling, the second turn naming
+/// the first by `previous_response_id`: admitted, because the ledger recorded turn 1's
+/// stored response and its tokens, and bounded with them. An id the ledger does not
+/// hold is refused naming the field, with no call.
+async fn continued_on(engine: Engine) {
+    let Some(g) = gateway(engine, "responses_chain", "5.00", None).await else {
+        return;
+    };
+    // Turn 1, streamed, stored (the API's default).
+    let (status, h1, bytes) =
+        send(&g, &json!({"model": MODEL, "input": "hi", "stream": true})).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(String::from_utf8(bytes).unwrap(), vendor_stream());
+    // Turn 2 at once: the stream's last event waited for the ledger's record of it.
+    let turn2 = json!({"model": MODEL, "input": [{"role": "user", "content": "and again"}],
+                       "previous_response_id": "resp_01JRESP", "stream": true});
+    let (status, h2, bytes) = send(&g, &turn2).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(
+        g.vendors.sent(PROVIDER)[1].body["previous_response_id"],
+        "resp_01JRESP",
+        "passed through"
+    );
+    // The same turn as a fresh conversation: no hidden history.
+    let mut fresh = turn2.clone();
+    fresh
+        .as_object_mut()
+        .unwrap()
+        .remove("previous_response_id");
+    let (status, h3, _) = send(&g, &fresh).await;
+    assert_eq!(status, 200);
+
+    quiesce_on(&g.ledger_db, 5).await;
+    let id =
+        |h: &reqwest::header::HeaderMap| h["x-purser-request-id"].to_str().unwrap().to_string();
+    let t1 = g.ledger_db.request(&id(&h1)).await;
+    let a1 = &t1.attempts[0];
+    assert_eq!(a1.response_id.as_deref(), Some("resp_01JRESP"));
+    assert_eq!((a1.input_tokens, a1.output_tokens), (Some(3000), Some(40)));
+    let (t2, t3) = (
+        g.ledger_db.request(&id(&h2)).await,
+        g.ledger_db.request(&id(&h3)).await,
+    );
+    assert_eq!(t2.outcome, "served");
+    // Turn 2's bound holds turn 1's 3000 input and 40 output tokens and its one output
+    // item's framing (32), at the dearest input rate (1.25 per M); the rest of the
+    // difference is the bytes of the field itself.
+    let history = money("3072") * money("1.25") / money("1000000");
+    let extra = money(&t2.worst_case) - money(&t3.worst_case);
+    assert!(
+        extra >= history && extra <= history + money("64") * money("1.25") / money("1000000"),
+        "turn 2 bound {} vs fresh {}: {extra} more, history {history}",
+        t2.worst_case,
+        t3.worst_case
+    );
+
+    // An id the ledger does not hold for this policy: refused, naming the field.
+    let mut unknown = turn2.clone();
+    unknown["previous_response_id"] = json!("resp_elsewhere");
+    let (status, _, bytes) = send(&g, &unknown).await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "previous_response_id");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("`previous_response_id` `resp_elsewhere` is not a response purser recorded"),
+        "{msg}"
+    );
+    assert_eq!(g.vendors.calls(PROVIDER), 3);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn a_continued_conversation_is_bounded_by_its_earlier_turn_sqlite() {
+    continued_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_continued_conversation_is_bounded_by_its_earlier_turn_postgres() {
+    continued_on(Engine::Postgres).await;
 }
 
 async fn spent_on(engine: Engine) {
@@ -186,7 +303,8 @@ async fn server_side_state_and_hosted_tools_are_refused_under_a_hard_ceiling() {
             json!({"previous_response_id": "resp_0"}),
             "previous_response_id",
         ),
-        (json!({"store": true}), "store"),
+        (json!({"previous_response_id": 7}), "previous_response_id"),
+        (json!({"conversation": "conv_1"}), "conversation"),
         (json!({"tools": [{"type": "web_search"}]}), "tools[0]"),
     ] {
         let mut body = json!({"model": MODEL, "input": "hi"});
@@ -292,6 +410,7 @@ async fn real_codex_turn_is_served_and_booked() {
     let a = &row.attempts[0];
     assert_eq!((a.input_tokens, a.output_tokens), (Some(3000), Some(40)));
     assert_eq!(a.cost, "0.001846");
+    assert_cache_tokens(a);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 

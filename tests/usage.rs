@@ -132,6 +132,16 @@ async fn check(g: &Gateway, model: &str, provider: &str, fixture: &'static str, 
             (Some(want.tokens.0), Some(want.tokens.1)),
             "{what}"
         );
+        // The ledger keeps the cache parts apart: read, written, and the writes by
+        // cache lifetime where the vendor split them.
+        let cache = [
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+        ]
+        .map(|k| a[k].as_u64());
+        assert_eq!(cache, want.ledger_cache, "{what}");
         // The client is told the same totals, with the parts OpenAI's shape names.
         assert_eq!(usage["prompt_tokens"], want.tokens.0, "{what}: {usage}");
         assert_eq!(usage["completion_tokens"], want.tokens.1, "{what}: {usage}");
@@ -156,6 +166,8 @@ struct Want {
     tokens: (u64, u64),
     cached: Option<u64>,
     reasoning: Option<u64>,
+    /// The ledger's cache columns: read, written, written for 5 minutes, for 1 hour.
+    ledger_cache: [Option<u64>; 4],
 }
 
 #[tokio::test]
@@ -168,6 +180,8 @@ async fn openai_cached_tokens_are_charged_at_the_cached_rate() {
         tokens: (2000, 300),
         cached: Some(1536),
         reasoning: Some(256),
+        // OpenAI bills no cache writes and has no cache lifetimes.
+        ledger_cache: [Some(1536), Some(0), None, None],
     };
     check(&g, "o", "oa", "openai-usage-detail", want).await;
 }
@@ -182,6 +196,7 @@ async fn anthropic_cache_reads_and_writes_are_charged_at_their_rates() {
         tokens: (4012, 8),
         cached: Some(3000),
         reasoning: None,
+        ledger_cache: [Some(3000), Some(1000), Some(1000), Some(0)],
     };
     check(&g, "a", "an", "anthropic-cache", want).await;
 }
@@ -196,6 +211,7 @@ async fn cache_tokens_without_rates_are_charged_conservatively_and_marked_estima
         tokens: (4012, 8),
         cached: Some(3000),
         reasoning: None,
+        ledger_cache: [Some(3000), Some(1000), Some(1000), Some(0)],
     };
     check(&g, "x", "ax", "anthropic-cache", want).await;
 }
@@ -210,6 +226,8 @@ async fn gemini_thoughts_are_charged_as_output() {
         tokens: (1200, 128),
         cached: Some(1024),
         reasoning: Some(120),
+        // Gemini bills cache storage by the hour, outside the call: no writes in it.
+        ledger_cache: [Some(1024), Some(0), None, None],
     };
     check(&g, "g", "ge", "gemini-thoughts", want).await;
 }

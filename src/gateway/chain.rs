@@ -237,6 +237,7 @@ impl Chain<'_> {
             breaker: self.deps.caller.breakers.get(&at.dest.provider).cloned(),
             sent,
             key,
+            stores: upstream::openai::stores(self.req),
         };
         tokio::spawn(tail.run(live, tx).instrument(tracing::Span::current()));
         served
@@ -252,6 +253,10 @@ impl Chain<'_> {
         status: Option<u16>,
         sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
+        let stored = match api {
+            Api::Openai => upstream::openai::stored(self.req, &json, 0),
+            Api::Anthropic | Api::Gemini => None,
+        };
         let (usage, reply) = match api {
             Api::Openai if self.req.ingress == Ingress::Responses => (
                 upstream::Usage {
@@ -262,6 +267,13 @@ impl Chain<'_> {
                 },
                 Reply::Verbatim(raw),
             ),
+            // A Messages request translated to chat: the answer goes back as a message.
+            Api::Openai if self.req.ingress == Ingress::Messages => {
+                let usage = upstream::openai::usage(&json);
+                let message =
+                    upstream::from_messages::message(&json, at.dest.model.as_str(), &usage);
+                (usage, Reply::Complete(message))
+            }
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             // A Messages request to Anthropic: the vendor's own answer is the client's.
             Api::Anthropic if self.req.ingress == Ingress::Messages => (
@@ -284,6 +296,7 @@ impl Chain<'_> {
                 status,
                 verdict: Verdict::Served(charge),
                 reason: "a complete answer".into(),
+                stored,
             },
             Some(Closing {
                 outcome: ledger::Outcome::Served,
@@ -470,6 +483,7 @@ impl Chain<'_> {
                     message: msg.to_string(),
                 },
                 reason: decided.reason(&seen.failure),
+                stored: None,
             },
             closing,
         )

@@ -3,8 +3,9 @@
 //! (selection, admission, the chain, the ledger) is shared.
 //!
 //! The Anthropic Messages body passes through natively to `api: anthropic`
-//! destinations; to other APIs it is refused, naming the API, until a faithful
-//! translation exists.
+//! destinations, is translated to chat completions for `api: openai` ones where that is
+//! faithful (`upstream::from_messages`, which names what is not), and is refused for
+//! `api: gemini`, naming the API.
 
 use serde_json::Value;
 
@@ -164,6 +165,10 @@ pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
     ("include", Bearing::Neutral),
     ("prompt_cache_key", Bearing::Neutral),
     ("prompt_cache_retention", Bearing::Neutral),
+    // Storing costs nothing by itself; a later turn that continues from the stored
+    // response through purser is bounded by the ledger, which records its id and
+    // tokens (`gateway::history`); one that bypasses purser is not purser's spend.
+    ("store", Bearing::Neutral),
     ("safety_identifier", Bearing::Neutral),
     ("user", Bearing::Neutral),
     ("metadata", Bearing::Neutral),
@@ -175,6 +180,8 @@ pub const RESPONSES_FIELDS: &[(&str, Bearing)] = &[
     // `auto` drops input that does not fit: it can only lower what the bound counts.
     ("truncation", Bearing::Neutral),
     ("service_tier", Bearing::Tier),
+    // Bounded only by the ledger's record of the earlier turn (`gateway::history`),
+    // which takes this field off the unbounded list when it finds it.
     (
         "previous_response_id",
         Bearing::Unbounded(
@@ -240,14 +247,6 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
         match request::bearing_in(RESPONSES_FIELDS, k) {
             Some(Bearing::Unbounded(why)) if !v.is_null() => unbounded.push((k.clone(), why)),
             Some(_) => {}
-            None if k == "store" => {
-                if v == &Value::Bool(true) {
-                    unbounded.push((
-                        k.clone(),
-                        "a stored response is billed again as input when a later turn continues from it, out of the gateway's sight",
-                    ));
-                }
-            }
             None => unbounded.push((k.clone(), "purser does not know what this field costs")),
         }
     }
@@ -301,14 +300,24 @@ pub struct NotNative {
 }
 
 /// Whether a destination speaking `api` can take this request: the chat translation
-/// table for chat (`upstream::fields`), native pass-through only for the others.
+/// table for chat (`upstream::fields`); for Messages, native pass-through to Anthropic
+/// or the faithful translation to chat completions; native only for Responses.
 pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
-    match ingress {
-        Ingress::Chat => {
+    match (ingress, api) {
+        (Ingress::Chat, _) => {
             crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
         }
-        Ingress::Messages => native(ingress, Api::Anthropic, api),
-        Ingress::Responses => native(ingress, Api::Openai, api),
+        (Ingress::Messages, Api::Openai) => crate::upstream::from_messages::chat_body(body)
+            .map(|_| ())
+            .map_err(|u| {
+                let why = format!(
+                    "`{}`: a messages request to provider API `openai` is translated to chat completions, where this has no faithful form: {}",
+                    u.param, u.why
+                );
+                (u.param, why)
+            }),
+        (Ingress::Messages, Api::Anthropic | Api::Gemini) => native(ingress, Api::Anthropic, api),
+        (Ingress::Responses, _) => native(ingress, Api::Openai, api),
     }
 }
 
@@ -420,24 +429,22 @@ mod tests {
         .unwrap();
         let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
         names.sort_unstable();
+        // Storing is not unbounded by itself: a later turn is bounded by the ledger.
         assert_eq!(
             names,
-            [
-                "previous_response_id",
-                "store",
-                "tools[1]",
-                "tools[2].tools[0]"
-            ]
+            ["previous_response_id", "tools[1]", "tools[2].tools[0]"]
         );
-        let p = parse_responses(&json!({"model": "m", "input": "hi", "store": false})).unwrap();
-        assert!(p.unbounded.is_empty());
+        for store in [true, false] {
+            let p = parse_responses(&json!({"model": "m", "input": "hi", "store": store})).unwrap();
+            assert!(p.unbounded.is_empty());
+        }
     }
 
     #[test]
-    fn messages_go_natively_to_anthropic_only() {
+    fn messages_go_natively_to_anthropic_and_not_to_gemini() {
         let b = json!({});
         assert!(check(Ingress::Messages, Api::Anthropic, &b).is_ok());
-        let (param, why) = check(Ingress::Messages, Api::Openai, &b).unwrap_err();
+        let (param, why) = check(Ingress::Messages, Api::Gemini, &b).unwrap_err();
         assert_eq!(param, "model");
         assert!(why.contains("`api: anthropic`"), "{why}");
     }

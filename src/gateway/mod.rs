@@ -8,6 +8,7 @@
 
 mod attempt;
 mod chain;
+mod history;
 pub mod ingress;
 mod recorder;
 pub mod request;
@@ -602,7 +603,7 @@ impl Engine {
             policy: Some(policy.id.to_string()),
             error,
         };
-        let parsed = ingress::parse(ingress, &body).map_err(refused)?;
+        let mut parsed = ingress::parse(ingress, &body).map_err(refused)?;
         // A name longer than any configured one can only be refused: it is, before it
         // costs a ledger row (a 1 MB model name is not worth writing 1 MB for).
         if parsed.model.len() > active.longest_model {
@@ -615,6 +616,11 @@ impl Engine {
                 ),
             )));
         }
+        // A continued Responses conversation: its history bounded from the ledger, or
+        // refused where a proof is needed and the ledger does not hold it.
+        let history = history::resolve(&self.ledger, policy, ingress, &body, &mut parsed)
+            .await
+            .map_err(refused)?;
         let request_id = ulid::Ulid::generate().to_string();
         span.record("request_id", request_id.as_str());
         span.record("model", parsed.model.as_str());
@@ -651,7 +657,7 @@ impl Engine {
             headers,
         };
         let selected = match self
-            .select(plan, breakers, policy, &parsed, &req)
+            .select(plan, breakers, policy, &parsed, &req, history.as_ref())
             .and_then(|s| {
                 ingress::check(ingress, s.primary.api, &req.body)
                     .map_err(|(param, why)| GatewayError::invalid(why, Some(&param)))
@@ -730,6 +736,7 @@ impl Engine {
         policy: &Policy,
         parsed: &Parsed,
         req: &ChatRequest,
+        history: Option<&history::History>,
     ) -> Result<selection::Selected, GatewayError> {
         let Some(route) = policy.routes.get(parsed.model.as_str()) else {
             return Err(GatewayError::model_not_allowed(
@@ -778,8 +785,17 @@ impl Engine {
                     ),
                 });
             }
+            // The continued history: bounded where the response is stored; elsewhere
+            // (or with its usage unknown) unbounded, a risk only a policy that needs
+            // no proof takes.
+            let continued = match history.map(|h| h.tokens_at(d)) {
+                Some(Ok(n)) => n,
+                Some(Err(u)) if strict => return Err(u),
+                Some(Err(_)) | None => 0,
+            };
             Ok(TokenBounds {
-                input: crate::upstream::bound::input_tokens(d, req, undeclared)?,
+                input: crate::upstream::bound::input_tokens(d, req, undeclared)?
+                    .saturating_add(continued),
                 output,
                 reasoning: d.reasoning_budget().unwrap_or(0),
                 choices: parsed.choices,

@@ -43,6 +43,8 @@ pub struct Ended<'a> {
     pub status: Option<u16>,
     pub verdict: Verdict,
     pub reason: String,
+    /// The response the vendor stored for a later turn (Responses API).
+    pub stored: Option<crate::upstream::StoredResponse>,
 }
 
 /// How the request ends, written with its last attempt.
@@ -167,9 +169,11 @@ impl Recorder {
             reason: e.reason,
             input_tokens: charge.and_then(|c| c.input_tokens),
             output_tokens: charge.and_then(|c| c.output_tokens),
+            cache: charge.map(|c| c.cache).unwrap_or_default(),
             cost,
             cost_basis: charge.map(|c| c.basis),
             message,
+            stored: e.stored,
         };
         let written = match closing {
             None => engine.ledger.finish_attempt(attempt).await,

@@ -50,6 +50,15 @@ pub struct Live {
     /// The upstream already ended the answer.
     exhausted: bool,
     idle: Duration,
+    /// Hold the event that ends the answer until the attempt is recorded: the vendor
+    /// stored the response, and a client that continues from it at once must find it
+    /// in the ledger (a stored Responses answer).
+    hold_end: bool,
+    /// The held end, sent once the attempt is recorded.
+    held_end: Vec<Bytes>,
+    /// A Messages request translated to chat completions: the chunks written back as
+    /// Anthropic events, under the model name the client asked for.
+    to_messages: Option<(upstream::from_messages::EventWriter, String)>,
 }
 
 pub enum Start {
@@ -183,6 +192,10 @@ pub async fn first_content(
         backlog: Vec::new(),
         exhausted: false,
         idle,
+        hold_end: false,
+        held_end: Vec::new(),
+        to_messages: (ingress == Ingress::Messages && api != Api::Anthropic)
+            .then(|| (Default::default(), dest.model.to_string())),
     };
     // Kept only while no event has been seen: an upstream that ignored `stream` and
     // answered in one JSON body is replayed as chunks rather than called a failure.
@@ -294,17 +307,30 @@ impl Live {
     fn native(&self) -> bool {
         match self.ingress {
             Ingress::Chat => false,
-            Ingress::Messages | Ingress::Responses => true,
+            Ingress::Messages => self.to_messages.is_none(),
+            Ingress::Responses => true,
         }
     }
 
     /// What one event gives the client, in its ingress's format: the vendor's event
     /// as sent, or the chunks translated from it.
-    fn out(&self, e: &SseEvent, chunks: Vec<Value>) -> Vec<Bytes> {
+    fn out(&mut self, e: &SseEvent, chunks: Vec<Value>) -> Vec<Bytes> {
         if self.native() {
             vec![raw(e)]
         } else {
-            chunks.iter().map(sse).collect()
+            self.written(&chunks)
+        }
+    }
+
+    /// OpenAI chunks as the client reads them: as they are, or as Anthropic events.
+    fn written(&mut self, chunks: &[Value]) -> Vec<Bytes> {
+        match &mut self.to_messages {
+            Some((w, model)) => chunks
+                .iter()
+                .flat_map(|c| w.chunk(c, model))
+                .map(Bytes::from)
+                .collect(),
+            None => chunks.iter().map(sse).collect(),
         }
     }
 
@@ -413,7 +439,8 @@ fn replay_complete(api: Api, dest: &Destination, raw: &[u8], mut live: Live) -> 
                     event: None,
                     data: data.to_string(),
                 });
-                live.pending.extend(chunks.iter().map(sse));
+                let out = live.written(&chunks);
+                live.pending.extend(out);
             }
             live.translator = t;
             live.exhausted = true;
@@ -434,6 +461,9 @@ pub struct Tail {
     pub breaker: Option<Arc<Breaker>>,
     pub sent: Option<Instant>,
     pub key: Option<String>,
+    /// The request has the vendor store its response (Responses API): its id is
+    /// recorded, and the answer's last event waits for that record.
+    pub stores: bool,
 }
 
 enum End {
@@ -512,6 +542,7 @@ impl Tail {
             gone: false,
             deadline: live.idle,
         };
+        live.hold_end = self.stores && live.native();
         for c in std::mem::take(&mut live.pending) {
             out.send(c).await;
         }
@@ -521,10 +552,10 @@ impl Tail {
             None if live.exhausted => End::Complete,
             None => pump(&mut live, &mut out).await,
         };
-        self.finish(end, &live, &mut out).await;
+        self.finish(end, &mut live, &mut out).await;
     }
 
-    async fn finish(mut self, end: End, live: &Live, out: &mut Out) {
+    async fn finish(mut self, end: End, live: &mut Live, out: &mut Out) {
         let usage = live.translator.usage();
         let provider = self.dest.provider.to_string();
         if out.gone {
@@ -541,6 +572,7 @@ impl Tail {
                 Some(f) if f != "stop" => format!("a complete streamed answer (finish reason {f})"),
                 Some(_) | None => "a complete streamed answer".into(),
             },
+            stored: live.translator.stored_response().filter(|_| self.stores),
         };
         let (ended, closing) = match &end {
             End::Complete => {
@@ -586,6 +618,7 @@ impl Tail {
                         reason: format!(
                             "{reason}; the stream had already sent content to the client, so it ends with an error event and nothing is spliced"
                         ),
+                        stored: None,
                     },
                     Closing {
                         outcome: ledger::Outcome::Failed,
@@ -606,8 +639,22 @@ impl Tail {
             tracing::error!(error = %err, %request_id, "cannot record the end of a stream");
         }
         match end {
-            // A native stream already carried the vendor's own end (`message_stop`).
-            End::Complete if live.native() => {}
+            // A native stream carries the vendor's own end (`message_stop`,
+            // `response.completed`), held until now when the response was stored.
+            End::Complete if live.native() => {
+                for b in std::mem::take(&mut live.held_end) {
+                    out.send(b).await;
+                }
+            }
+            // A Messages request translated to chat: Anthropic's own ending.
+            End::Complete if live.to_messages.is_some() => {
+                let usage = live.translator.usage();
+                if let Some((w, model)) = &mut live.to_messages {
+                    for e in w.end(&usage, model) {
+                        out.send(Bytes::from(e)).await;
+                    }
+                }
+            }
             End::Complete => {
                 out.send(sse(&live.translator.usage_chunk(&cost.to_string())))
                     .await;
@@ -705,7 +752,12 @@ async fn forward(live: &mut Live, events: Vec<SseEvent>, out: &mut Out) -> Optio
                 message: upstream_message(&e.data),
             });
         }
-        for c in live.out(&e, chunks) {
+        let bytes = live.out(&e, chunks);
+        if live.hold_end && live.translator.saw_end_marker() {
+            live.held_end.extend(bytes);
+            return Some(End::Complete);
+        }
+        for c in bytes {
             out.send(c).await;
         }
         if live.translator.saw_end_marker() {

@@ -244,6 +244,25 @@ impl Ledger {
         }
     }
 
+    /// The turn of `policy` whose stored response is `response_id` (a Responses API
+    /// `previous_response_id`), as recorded when it ended.
+    pub async fn stored_turn(
+        &self,
+        response_id: &str,
+        policy: &str,
+    ) -> Result<Option<super::StoredTurn>, LedgerError> {
+        match &*self.engine {
+            Engine::Sqlite(s) => {
+                let (id, policy) = (response_id.to_string(), policy.to_string());
+                s.read(move |c| sqlite::read::stored_turn(c, &id, &policy))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::read::stored_turn(&s.reader().await?, response_id, policy).await
+            }
+        }
+    }
+
     /// Requests newest first (by commit order), one page.
     pub async fn requests(
         &self,

@@ -29,7 +29,7 @@ use crate::decide::Action;
 use crate::failure::{Billing, FailureClass};
 use crate::money::Money;
 use crate::policy::plan::{Mode, Period};
-use crate::pricing::CostBasis;
+use crate::pricing::{CacheTokens, CostBasis};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -272,10 +272,15 @@ pub struct AttemptResult {
     pub reason: String,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// The prompt-cache parts of `input_tokens`, as reported.
+    pub cache: CacheTokens,
     pub cost: Money,
     /// How `cost` was reached; `None` when nothing was answered to price.
     pub cost_basis: Option<CostBasis>,
     pub message: Option<String>,
+    /// The response the vendor stored, which a later turn may continue from
+    /// (`previous_response_id`); `None` for every other answer.
+    pub stored: Option<crate::upstream::StoredResponse>,
 }
 
 impl AttemptResult {
@@ -384,6 +389,20 @@ fn push_digits(s: &mut String, n: u32, width: u32) {
         let d = (n / 10u32.pow(i)) % 10;
         s.push(char::from(b'0' + d as u8));
     }
+}
+
+/// A turn whose response the vendor stored, as the ledger recorded it: what bounds the
+/// history a later turn continuing from it (`previous_response_id`) is billed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTurn {
+    pub request_id: String,
+    pub provider: String,
+    pub upstream_model: String,
+    /// Every input token the turn was billed (its own hidden history included).
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// The output items of its response, each framed as a message when read back.
+    pub output_items: u64,
 }
 
 /// What start-up recovery found.

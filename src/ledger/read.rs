@@ -19,12 +19,23 @@ pub struct AttemptRow {
     pub reason: Option<String>,
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
+    /// Of `input_tokens`, read from the vendor's prompt cache; null when not reported.
+    pub cache_read_tokens: Option<i64>,
+    /// Of `input_tokens`, written to the vendor's prompt cache; null when not reported.
+    pub cache_write_tokens: Option<i64>,
+    /// Of `cache_write_tokens`, to the 5-minute and the 1-hour cache; null where the
+    /// vendor did not split writes by lifetime.
+    pub cache_write_5m_tokens: Option<i64>,
+    pub cache_write_1h_tokens: Option<i64>,
     pub cost: String,
     pub worst_case: String,
     /// How `cost` was reached: `usage`, `worst_case` or `estimated`; null when the
     /// attempt had no answer to price.
     pub cost_basis: Option<String>,
     pub message: Option<String>,
+    /// The vendor's id of the response it stored (Responses API), which a later turn
+    /// may continue from; null for every other attempt.
+    pub response_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

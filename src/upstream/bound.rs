@@ -343,8 +343,25 @@ pub fn input_tokens(
         };
         media_tokens = media_tokens.saturating_add(tokens);
     }
-    let text = sent_bytes(dest, req);
-    let body = &req.body;
+    // A Messages body to a chat destination is bounded as the chat body it becomes:
+    // its tool results are messages of their own there.
+    let translated = match (req.ingress, api) {
+        (Ingress::Messages, Api::Openai) => Some(
+            super::from_messages::chat_body(&req.body).map_err(|u| Unbounded {
+                what: format!("it has no faithful chat-completions form: {}", u.why),
+                param: u.param,
+            })?,
+        ),
+        _ => None,
+    };
+    let text = match &translated {
+        Some(chat) => content_walk(chat, "messages", "content", is_media_part)
+            .saturating_add(dest.upstream_model.len() as u64)
+            .saturating_add(OPENAI_EDITS),
+        // Not translated here: `sent_bytes` walks (or translates) it.
+        None => sent_bytes(dest, req),
+    };
+    let body = translated.as_ref().unwrap_or(&req.body);
     let (n_messages, tools) = match req.ingress {
         // Each input item is framed like a message; tools may sit inside items too.
         Ingress::Responses => {
@@ -390,6 +407,13 @@ pub fn input_tokens(
 /// bytes those edits can add are added: the upstream model id and `EDITS`.
 pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
     match dest.api {
+        Api::Openai if req.ingress == Ingress::Messages => {
+            super::from_messages::chat_body(&req.body).map_or(0, |chat| {
+                content_walk(&chat, "messages", "content", is_media_part)
+                    .saturating_add(dest.upstream_model.len() as u64)
+                    .saturating_add(OPENAI_EDITS)
+            })
+        }
         Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),

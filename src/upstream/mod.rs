@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod bound;
 pub mod fields;
+pub mod from_messages;
 pub mod gemini;
 pub mod openai;
 pub mod stream;
@@ -140,6 +141,17 @@ pub struct Usage {
     /// image tokens, predicted-output tokens, per-call server tools): priced at the
     /// rates it has, and marked `estimated`.
     pub unpriced: bool,
+}
+
+/// A response the vendor stored for a later turn to continue from (OpenAI Responses
+/// API, `previous_response_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The vendor's id of the response.
+    pub id: String,
+    /// How many output items it holds (messages, reasoning, tool calls): each is framed
+    /// as a message when a later turn reads it back as input.
+    pub output_items: u64,
 }
 
 /// The service tier an answer says was served.

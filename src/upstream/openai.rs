@@ -12,10 +12,15 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    if req.ingress == crate::ingress::Ingress::Responses {
-        return responses(dest, base_url, key, req);
-    }
-    let mut body = req.body.clone();
+    let mut body = match req.ingress {
+        crate::ingress::Ingress::Responses => return responses(dest, base_url, key, req),
+        // Checked before any call (`gateway::ingress::check`): a body that has no
+        // faithful chat form never gets here.
+        crate::ingress::Ingress::Messages => {
+            super::from_messages::chat_body(&req.body).unwrap_or_else(|_| json!({"messages": []}))
+        }
+        crate::ingress::Ingress::Chat => req.body.clone(),
+    };
     if let Some(o) = body.as_object_mut() {
         o.insert("model".into(), json!(dest.upstream_model));
         // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
@@ -71,6 +76,35 @@ fn responses(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRe
         headers,
         body,
     }
+}
+
+/// Whether a Responses request has the vendor store its response, so that a later turn
+/// may continue from it (`previous_response_id`): unless it says `store: false`, the
+/// API's default being to store.
+pub fn stores(req: &ChatRequest) -> bool {
+    req.ingress == crate::ingress::Ingress::Responses
+        && req.body.get("store") != Some(&Value::Bool(false))
+}
+
+/// A Responses API answer (`response` object) the vendor stored for a later turn, if
+/// the request had it stored and the answer does not say it was not; `items_seen`: the
+/// output items a stream announced, should the answer list fewer.
+pub fn stored(
+    req: &ChatRequest,
+    response: &Value,
+    items_seen: u64,
+) -> Option<super::StoredResponse> {
+    if !stores(req) || response.get("store") == Some(&Value::Bool(false)) {
+        return None;
+    }
+    let listed = response
+        .get("output")
+        .and_then(Value::as_array)
+        .map_or(0, |a| a.len() as u64);
+    Some(super::StoredResponse {
+        id: response.get("id").and_then(Value::as_str)?.to_string(),
+        output_items: listed.max(items_seen),
+    })
 }
 
 /// A Responses API `usage` object (a response's, or the one `response.completed`

@@ -156,6 +156,14 @@ pub struct ChunkTranslator {
     /// The stream is the OpenAI Responses API's (typed events), read for the ledger
     /// only: it is forwarded as sent.
     responses: bool,
+    /// Responses API: the response's id, as its lifecycle events name it.
+    response_id: Option<String>,
+    /// Responses API: output items announced or listed at the end, the most seen.
+    output_items: u64,
+    /// Responses API: the response says it was not stored.
+    not_stored: bool,
+    /// Responses API: `response.output_item.added` events seen.
+    announced_items: u64,
 }
 
 /// A JSON value that says something: not null, `false`, an empty string, array or
@@ -199,7 +207,23 @@ impl ChunkTranslator {
             ended: false,
             generated: false,
             responses: false,
+            response_id: None,
+            output_items: 0,
+            not_stored: false,
+            announced_items: 0,
         }
+    }
+
+    /// Responses API: the response the stream carried as the vendor stores it, once an
+    /// event named it (whether the request asked to store it is the caller's to check).
+    pub fn stored_response(&self) -> Option<super::StoredResponse> {
+        if self.not_stored {
+            return None;
+        }
+        Some(super::StoredResponse {
+            id: self.response_id.clone()?,
+            output_items: self.output_items,
+        })
     }
 
     /// Read a Responses API stream instead of chat chunks.
@@ -396,6 +420,19 @@ impl ChunkTranslator {
         let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
         if ty.ends_with(".delta") && v.get("delta").is_some_and(nonempty) {
             self.generated = true;
+        }
+        if let Some(r) = v.get("response") {
+            if let Some(id) = r.get("id").and_then(Value::as_str) {
+                self.response_id = Some(id.to_string());
+            }
+            self.not_stored |= r.get("store") == Some(&Value::Bool(false));
+            if let Some(Value::Array(out)) = r.get("output") {
+                self.output_items = self.output_items.max(out.len() as u64);
+            }
+        }
+        if ty == "response.output_item.added" {
+            self.announced_items = self.announced_items.saturating_add(1);
+            self.output_items = self.output_items.max(self.announced_items);
         }
         if let Some(end) = ty.strip_prefix("response.")
             && matches!(end, "completed" | "incomplete" | "failed")

@@ -154,6 +154,12 @@ struct Finished<'a> {
     cost: Vec<Decimal>,
     cost_basis: Vec<Option<&'static str>>,
     message: Vec<Option<&'a str>>,
+    cache_read: Vec<Option<i64>>,
+    cache_write: Vec<Option<i64>>,
+    cache_write_5m: Vec<Option<i64>>,
+    cache_write_1h: Vec<Option<i64>>,
+    response_id: Vec<Option<&'a str>>,
+    response_items: Vec<Option<i64>>,
 }
 
 impl<'a> Finished<'a> {
@@ -173,6 +179,14 @@ impl<'a> Finished<'a> {
         self.cost.push(r.cost.decimal());
         self.cost_basis.push(cols.cost_basis);
         self.message.push(r.message.as_deref());
+        self.cache_read.push(tokens(r.cache.read));
+        self.cache_write.push(tokens(r.cache.write));
+        self.cache_write_5m.push(tokens(r.cache.write_5m));
+        self.cache_write_1h.push(tokens(r.cache.write_1h));
+        self.response_id
+            .push(r.stored.as_ref().map(|s| s.id.as_str()));
+        self.response_items
+            .push(tokens(r.stored.as_ref().map(|s| s.output_items)));
     }
 }
 
@@ -309,7 +323,7 @@ pub async fn apply(
         .chain([&b.refusal_codes as Param<'_>, &replica, &r.ingress])
         .collect();
     let f = &b.finished;
-    let finished_params: [Param<'_>; 13] = [
+    let finished_params: [Param<'_>; 19] = [
         &f.request_id,
         &f.seq,
         &f.finished_at,
@@ -323,6 +337,12 @@ pub async fn apply(
         &f.cost,
         &f.cost_basis,
         &f.message,
+        &f.cache_read,
+        &f.cache_write,
+        &f.cache_write_5m,
+        &f.cache_write_1h,
+        &f.response_id,
+        &f.response_items,
     ];
     let e = &b.ended;
     let ended_params: [Param<'_>; 6] = [

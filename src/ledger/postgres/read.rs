@@ -14,7 +14,7 @@ use crate::ledger::audit::{
     AttemptLine, BudgetState, Cursor, Filter, GroupBy, MAX_LIMIT, RequestPage, SpendRow,
 };
 use crate::ledger::read::{AttemptRow, BudgetRow, RequestRow};
-use crate::ledger::{LedgerError, rfc3339};
+use crate::ledger::{LedgerError, StoredTurn, rfc3339};
 use crate::money::Money;
 
 type Param = Box<dyn ToSql + Sync + Send>;
@@ -23,7 +23,8 @@ const REQUEST_COLUMNS: &str = "r.id, r.received_at, r.client, r.policy, r.plan_i
      r.outcome, r.error_code, r.served_by, r.cost, r.ingress";
 
 const ATTEMPT_COLUMNS: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
-     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis";
+     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis, \
+     a.cache_read_tokens, a.cache_write_tokens, a.cache_write_5m_tokens, a.cache_write_1h_tokens, a.response_id";
 
 fn money(r: &Row, i: usize) -> Result<String, LedgerError> {
     let d: Decimal = r.try_get(i)?;
@@ -86,6 +87,11 @@ fn attempt_from_row(r: &Row, base: usize) -> Result<AttemptRow, LedgerError> {
         worst_case: money(r, base + 15)?,
         message: r.try_get(base + 16)?,
         cost_basis: r.try_get(base + 17)?,
+        cache_read_tokens: r.try_get(base + 18)?,
+        cache_write_tokens: r.try_get(base + 19)?,
+        cache_write_5m_tokens: r.try_get(base + 20)?,
+        cache_write_1h_tokens: r.try_get(base + 21)?,
+        response_id: r.try_get(base + 22)?,
     })
 }
 
@@ -414,4 +420,37 @@ pub async fn total_cost(c: &Client) -> Result<String, LedgerError> {
         .await?
         .try_get(0)?;
     Ok(Money::new(d).to_string())
+}
+
+/// The attempt of `policy` that recorded the stored response `response_id`, if any
+/// (served by the partial index on `response_id`).
+pub async fn stored_turn(
+    c: &Client,
+    response_id: &str,
+    policy: &str,
+) -> Result<Option<StoredTurn>, LedgerError> {
+    let st = c
+        .prepare_cached(
+            "SELECT a.request_id, a.provider, a.upstream_model, a.input_tokens, a.output_tokens,
+                    a.response_items
+             FROM attempts a JOIN requests r ON r.id = a.request_id
+             WHERE a.response_id = $1 AND r.policy = $2
+             ORDER BY a.finished_at DESC LIMIT 1",
+        )
+        .await?;
+    let Some(r) = c.query_opt(&st, &[&response_id, &policy]).await? else {
+        return Ok(None);
+    };
+    let count = |i: usize| -> Result<Option<u64>, LedgerError> {
+        let n: Option<i64> = r.try_get(i)?;
+        Ok(n.and_then(|n| u64::try_from(n).ok()))
+    };
+    Ok(Some(StoredTurn {
+        request_id: r.try_get(0)?,
+        provider: r.try_get(1)?,
+        upstream_model: r.try_get(2)?,
+        input_tokens: count(3)?,
+        output_tokens: count(4)?,
+        output_items: count(5)?.unwrap_or(0),
+    }))
 }

@@ -91,12 +91,18 @@ pub const FINISH_ATTEMPTS: &str = "
 UPDATE attempts a SET finished_at = u.finished_at, state = 'done', status = u.status,
     class = u.class, billing = u.billing, decision = u.decision, reason = u.reason,
     input_tokens = u.input_tokens, output_tokens = u.output_tokens, cost = u.cost,
-    cost_basis = u.cost_basis, message = u.message
+    cost_basis = u.cost_basis, message = u.message, cache_read_tokens = u.cache_read,
+    cache_write_tokens = u.cache_write, cache_write_5m_tokens = u.cache_write_5m,
+    cache_write_1h_tokens = u.cache_write_1h, response_id = u.response_id,
+    response_items = u.response_items
 FROM unnest($1::text[], $2::integer[], $3::timestamptz[], $4::integer[], $5::text[], $6::text[],
             $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::numeric[], $12::text[],
-            $13::text[])
+            $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::text[],
+            $19::bigint[])
     WITH ORDINALITY AS u (request_id, seq, finished_at, status, class, billing, decision, reason,
-                          input_tokens, output_tokens, cost, cost_basis, message, n)
+                          input_tokens, output_tokens, cost, cost_basis, message, cache_read,
+                          cache_write, cache_write_5m, cache_write_1h, response_id,
+                          response_items, n)
 WHERE a.request_id = u.request_id AND a.seq = u.seq
 RETURNING u.n";
 

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 7] = [
+pub const MIGRATIONS: [(u32, &str, &str); 8] = [
     (
         1,
         "0001_init",
@@ -42,6 +42,12 @@ pub const MIGRATIONS: [(u32, &str, &str); 7] = [
         7,
         "0007_ingress",
         include_str!("../../../migrations/sqlite/0007_ingress.sql"),
+    ),
+    // 8 and 9 are assigned to the request shape and the rollups (#24, #25).
+    (
+        10,
+        "0010_cache_tokens",
+        include_str!("../../../migrations/sqlite/0010_cache_tokens.sql"),
     ),
 ];
 

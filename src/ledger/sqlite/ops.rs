@@ -145,7 +145,9 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
     let n = tx
         .prepare_cached(
             "UPDATE attempts SET finished_at = ?3, state = 'done', status = ?4, class = ?5, billing = ?6, decision = ?7, reason = ?8,
-             input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12, cost_basis = ?13 WHERE request_id = ?1 AND seq = ?2",
+             input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12, cost_basis = ?13,
+             cache_read_tokens = ?14, cache_write_tokens = ?15, cache_write_5m_tokens = ?16, cache_write_1h_tokens = ?17,
+             response_id = ?18, response_items = ?19 WHERE request_id = ?1 AND seq = ?2",
         )?
         .execute(params![
             r.request_id,
@@ -156,11 +158,17 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
             r.billing.as_str(),
             r.decision.as_str(),
             r.reason,
-            r.input_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
-            r.output_tokens.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            tokens(r.input_tokens),
+            tokens(r.output_tokens),
             r.cost.to_string(),
             r.message,
             r.cost_basis.map(CostBasis::as_str),
+            tokens(r.cache.read),
+            tokens(r.cache.write),
+            tokens(r.cache.write_5m),
+            tokens(r.cache.write_1h),
+            r.stored.as_ref().map(|s| s.id.as_str()),
+            tokens(r.stored.as_ref().map(|s| s.output_items)),
         ])?;
     if n == 0 {
         return Err(LedgerError::UnknownRequest(format!(
@@ -169,6 +177,11 @@ fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError>
         )));
     }
     Ok(())
+}
+
+/// A token count as an SQLite integer (a count past i64 is recorded at the largest).
+fn tokens(t: Option<u64>) -> Option<i64> {
+    t.map(|t| i64::try_from(t).unwrap_or(i64::MAX))
 }
 
 /// A request's reservation is its worst case, held in the budget windows it names in

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
-use crate::ledger::LedgerError;
 use crate::ledger::read::{AttemptRow, BudgetRow, RequestRow};
+use crate::ledger::{LedgerError, StoredTurn};
 
 pub fn open_reader(path: &Path) -> Result<Connection, LedgerError> {
     let conn = Connection::open_with_flags(
@@ -30,7 +30,8 @@ pub(super) const REQUEST_COLUMNS_R: &str = "r.id, r.received_at, r.client, r.pol
 
 /// The attempt columns `attempt_from_row` reads, in order, qualified by alias `a`.
 pub(super) const ATTEMPT_COLUMNS_A: &str = "a.seq, a.provider, a.upstream_model, a.jurisdiction, a.started_at, a.finished_at, a.state, a.status, \
-     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis";
+     a.class, a.billing, a.decision, a.reason, a.input_tokens, a.output_tokens, a.cost, a.worst_case, a.message, a.cost_basis, \
+     a.cache_read_tokens, a.cache_write_tokens, a.cache_write_5m_tokens, a.cache_write_1h_tokens, a.response_id";
 
 pub(super) fn request_from_row(r: &Row<'_>) -> rusqlite::Result<RequestRow> {
     Ok(RequestRow {
@@ -73,6 +74,11 @@ pub(super) fn attempt_from_row(r: &Row<'_>, base: usize) -> rusqlite::Result<Att
         worst_case: r.get(base + 15)?,
         message: r.get(base + 16)?,
         cost_basis: r.get(base + 17)?,
+        cache_read_tokens: r.get(base + 18)?,
+        cache_write_tokens: r.get(base + 19)?,
+        cache_write_5m_tokens: r.get(base + 20)?,
+        cache_write_1h_tokens: r.get(base + 21)?,
+        response_id: r.get(base + 22)?,
     })
 }
 
@@ -113,4 +119,43 @@ pub fn total_cost(conn: &Connection) -> Result<String, LedgerError> {
             r.get(0)
         })?,
     )
+}
+
+/// The attempt of `policy` that recorded the stored response `response_id`, if any
+/// (served by the partial index on `response_id`).
+pub fn stored_turn(
+    conn: &Connection,
+    response_id: &str,
+    policy: &str,
+) -> Result<Option<StoredTurn>, LedgerError> {
+    let row = conn
+        .prepare_cached(
+            "SELECT a.request_id, a.provider, a.upstream_model, a.input_tokens, a.output_tokens,
+                    a.response_items
+             FROM attempts a JOIN requests r ON r.id = a.request_id
+             WHERE a.response_id = ?1 AND r.policy = ?2
+             ORDER BY a.finished_at DESC LIMIT 1",
+        )?
+        .query_row(params![response_id, policy], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<i64>>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, Option<i64>>(5)?,
+            ))
+        })
+        .optional()?;
+    let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+    Ok(row.map(
+        |(request_id, provider, upstream_model, i, o, items)| StoredTurn {
+            request_id,
+            provider,
+            upstream_model,
+            input_tokens: count(i),
+            output_tokens: count(o),
+            output_items: count(items).unwrap_or(0),
+        },
+    ))
 }
