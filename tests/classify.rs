@@ -590,6 +590,11 @@ fn the_third_round_held_out_is_reported_apart() {
     assert_round_held_out(3);
 }
 
+#[test]
+fn the_fourth_round_held_out_is_reported_apart() {
+    assert_round_held_out(4);
+}
+
 /// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any
 /// fix): fixed afterwards, so round 2's held-out figure is no longer clean. Google's
 /// NOT_FOUND on a generate call and NVIDIA's NVCF "Not found for account".
