@@ -760,13 +760,28 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
                     Signal::new(source, value),
                 );
             }
-            if v.get("candidates")
-                .and_then(Value::as_array)
-                .is_some_and(|c| !c.is_empty())
-            {
-                success("candidates")
-            } else {
-                unclassified("a 2xx without candidates", "no candidates")
+            let candidates = v.get("candidates").and_then(Value::as_array);
+            match candidates {
+                Some(c) if !c.is_empty() => {
+                    // A candidate that stopped for something other than a normal stop
+                    // or the output cap, with no content and no block reason (`OTHER`),
+                    // is no answer, and names no refusal either. Fixed after the round-4
+                    // held-out measure, which had called it a success.
+                    let abnormal = c.iter().any(|c| {
+                        c.get("finishReason")
+                            .and_then(Value::as_str)
+                            .is_some_and(|r| !matches!(r, "STOP" | "MAX_TOKENS"))
+                    });
+                    if abnormal && !gemini_has_content(v) {
+                        unclassified(
+                            "a 2xx whose candidates stopped with no content and no block reason",
+                            "finishReason without content",
+                        )
+                    } else {
+                        success("candidates")
+                    }
+                }
+                Some(_) | None => unclassified("a 2xx without candidates", "no candidates"),
             }
         }
     }

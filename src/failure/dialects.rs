@@ -794,7 +794,10 @@ const CODE_WORDS: &[Rule] = &[
         DOC_GOOGLE,
     ),
     s(F::AnyCode, P::Word("access_denied"), C::Auth, DOC_VOLC),
-    s(F::AnyCode, P::Word("forbidden"), C::Auth, DOC_OPENAI),
+    // `Forbidden` as a code or type is HTTP 403's reason phrase (Ark puts it in `type`
+    // beside the cause in `code`, `AccountOverdueError`): it restates the status, so it
+    // is a family tag the cause outranks. Fixed after the round-4 held-out measure.
+    fam(F::AnyCode, P::Word("forbidden"), C::Auth, DOC_VOLC),
     s(F::AnyCode, P::Word("api_key"), C::Auth, DOC_OPENAI),
     s(F::AnyCode, P::Word("apikey"), C::Auth, DOC_DASHSCOPE),
     s(F::AnyCode, P::Word("invalid_key"), C::Auth, DOC_OPENAI),
