@@ -658,6 +658,85 @@ fn the_third_round_tuning_misses_come_out_right() {
     }
 }
 
+/// Round 4 (E2's 82 verbatim cases and 10 more, all added in one session): measured
+/// once before any rule changed, 15 of 18 held out right and 1 of 2 refusals. Tuning
+/// on the other 74 brought it to 16 of 18 (the z.ai web stream's refusal came right by
+/// the rule written from OPEA's `b'…'` event). These two were then fixed after being
+/// seen, so round 4's 18 of 18 is not a held-out figure: Ark's `AccountOverdueError`
+/// inside Coze's `$error` string under a 403, and a Gemini candidate stopped for
+/// `OTHER` with no content.
+#[test]
+fn the_fourth_round_held_out_misses_are_fixed_after_the_measure() {
+    let named = [
+        (
+            "coze-workflow-403-ark-account-overdue-string-wrapped",
+            "rate_limited",
+        ),
+        ("gemini-200-finish-other-no-content", "unclassified"),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], true, "{id}");
+        assert_eq!(c["round"], 4, "{id}");
+        assert_eq!(got(c).0, want, "{id}");
+    }
+}
+
+/// The fourth round's tuning cases the rules missed before it (the held-out ones were
+/// not looked at), each now read by a rule that is not about that one body.
+#[test]
+fn the_fourth_round_tuning_misses_come_out_right() {
+    let named = [
+        // A model named OpenGuardrails echoed back in vLLM's validation error: a
+        // moderation word must start a word to count.
+        (
+            "openguardrails-vllm-400-field-required-messages",
+            "malformed",
+        ),
+        // A Python relay wrote the bytes' repr into an SSE event: the quoted error is read.
+        (
+            "opea-chatqna-200-sse-python-bytes-tgi-validation",
+            "context_length",
+        ),
+        // rate_limit_error is a family tag that "the engine is currently overloaded" refines.
+        (
+            "kimi-code-anthropic-429-rate-limit-error-engine-overloaded-pretty",
+            "overloaded",
+        ),
+        (
+            "dashscope-native-400-range-of-input-length-6000",
+            "context_length",
+        ),
+        ("cody-gateway-400-model-not-allowed", "model_not_found"),
+        (
+            "chatgpt-codex-400-usage-limit-reached-status-field",
+            "rate_limited",
+        ),
+        (
+            "continue-proxy-404-json-string-missing-secret-mistral-key",
+            "auth",
+        ),
+        ("opencode-go-400-missing-session-id", "malformed"),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["expected_class"], want, "{id}");
+        let (class, signal) = got(c);
+        assert_eq!(class, want, "{id} by {signal}");
+        // Each is decided by a word or code, never the bare status.
+        assert!(!signal.starts_with("status="), "{id} by {signal}");
+    }
+}
+
 #[test]
 fn the_issue_21_corpus_is_real_sourced_and_broad() {
     let cases = issue21();
@@ -842,12 +921,19 @@ fn moderation_words_never_fail_over() {
             }
         }
     }
-    // Not every word near "sensitive" is moderation.
-    let case = r#"{"error":{"message":"model names are case-sensitive"}}"#;
-    assert_eq!(
-        explain(Api::Openai, 503, &[], case).outcome.class(),
-        Some(FailureClass::Overloaded)
-    );
+    // Not every word near "sensitive" is moderation, and a moderation word inside a
+    // name is not one.
+    for case in [
+        r#"{"error":{"message":"model names are case-sensitive"}}"#,
+        r#"{"error":{"message":"model OpenGuardrails is loading, try again"}}"#,
+        r#"{"error":{"message":"the insensitive matcher crashed"}}"#,
+    ] {
+        assert_eq!(
+            explain(Api::Openai, 503, &[], case).outcome.class(),
+            Some(FailureClass::Overloaded),
+            "{case}"
+        );
+    }
 }
 
 /// The vendor's code or type in the body, when it carries one that says more than the
