@@ -253,6 +253,24 @@ fn every_case_records_where_it_came_from() {
     }
 }
 
+/// Issue 21: at least 450 real responses, at most a fifth of them reconstructed (those
+/// are marked, and `every_case_records_where_it_came_from` holds each to a note).
+#[test]
+fn the_corpus_is_large_and_at_most_a_fifth_reconstructed() {
+    let cases = cases();
+    let rebuilt: Vec<&Value> = cases
+        .iter()
+        .filter(|c| c["reconstructed"] == true)
+        .collect();
+    assert!(cases.len() >= 450, "{} cases", cases.len());
+    assert!(
+        rebuilt.len() * 5 <= cases.len(),
+        "{} of {} reconstructed",
+        rebuilt.len(),
+        cases.len()
+    );
+}
+
 #[test]
 fn transport_failures_have_their_classes() {
     // The exemption above in one place: these classes come from the transport.
