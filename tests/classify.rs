@@ -777,7 +777,26 @@ fn the_issue_21_corpus_is_real_sourced_and_broad() {
 /// source of the row that decides it (the row's `basis` names another vendor).
 #[test]
 fn every_kind_issue_21_names_is_classified_right() {
-    let kinds: [(&str, &str, &str); 17] = [
+    let kinds: [(&str, &str, &str); 20] = [
+        // Round 4: z.ai's web stream warns "inappropriate content" in an event whose JSON
+        // is cut short (a row written from DashScope's docs), and Cody Gateway blocks by
+        // its acceptable use policy (a row written from OpenAI's).
+        (
+            "zai-web-200-sse-content-security-warning",
+            "content_refusal",
+            "aliyun",
+        ),
+        (
+            "cody-gateway-400-blocked-acceptable-use-policy",
+            "content_refusal",
+            "openai",
+        ),
+        // Round 4: a bad key relayed by Dify as a 400.
+        (
+            "dify-400-completion-request-error-incorrect-key",
+            "auth",
+            "",
+        ),
         // Refusals in other vocabularies: a Google ErrorInfo reason read by the word
         // `unsafe` (a row written from Zhipu's docs).
         (
