@@ -253,6 +253,24 @@ fn every_case_records_where_it_came_from() {
     }
 }
 
+/// Issue 21: at least 450 real responses, at most a fifth of them reconstructed (those
+/// are marked, and `every_case_records_where_it_came_from` holds each to a note).
+#[test]
+fn the_corpus_is_large_and_at_most_a_fifth_reconstructed() {
+    let cases = cases();
+    let rebuilt: Vec<&Value> = cases
+        .iter()
+        .filter(|c| c["reconstructed"] == true)
+        .collect();
+    assert!(cases.len() >= 450, "{} cases", cases.len());
+    assert!(
+        rebuilt.len() * 5 <= cases.len(),
+        "{} of {} reconstructed",
+        rebuilt.len(),
+        cases.len()
+    );
+}
+
 #[test]
 fn transport_failures_have_their_classes() {
     // The exemption above in one place: these classes come from the transport.
@@ -590,6 +608,11 @@ fn the_third_round_held_out_is_reported_apart() {
     assert_round_held_out(3);
 }
 
+#[test]
+fn the_fourth_round_held_out_is_reported_apart() {
+    assert_round_held_out(4);
+}
+
 /// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any
 /// fix): fixed afterwards, so round 2's held-out figure is no longer clean. Google's
 /// NOT_FOUND on a generate call and NVIDIA's NVCF "Not found for account".
@@ -653,6 +676,85 @@ fn the_third_round_tuning_misses_come_out_right() {
     }
 }
 
+/// Round 4 (E2's 82 verbatim cases and 10 more, all added in one session): measured
+/// once before any rule changed, 15 of 18 held out right and 1 of 2 refusals. Tuning
+/// on the other 74 brought it to 16 of 18 (the z.ai web stream's refusal came right by
+/// the rule written from OPEA's `b'…'` event). These two were then fixed after being
+/// seen, so round 4's 18 of 18 is not a held-out figure: Ark's `AccountOverdueError`
+/// inside Coze's `$error` string under a 403, and a Gemini candidate stopped for
+/// `OTHER` with no content.
+#[test]
+fn the_fourth_round_held_out_misses_are_fixed_after_the_measure() {
+    let named = [
+        (
+            "coze-workflow-403-ark-account-overdue-string-wrapped",
+            "rate_limited",
+        ),
+        ("gemini-200-finish-other-no-content", "unclassified"),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], true, "{id}");
+        assert_eq!(c["round"], 4, "{id}");
+        assert_eq!(got(c).0, want, "{id}");
+    }
+}
+
+/// The fourth round's tuning cases the rules missed before it (the held-out ones were
+/// not looked at), each now read by a rule that is not about that one body.
+#[test]
+fn the_fourth_round_tuning_misses_come_out_right() {
+    let named = [
+        // A model named OpenGuardrails echoed back in vLLM's validation error: a
+        // moderation word must start a word to count.
+        (
+            "openguardrails-vllm-400-field-required-messages",
+            "malformed",
+        ),
+        // A Python relay wrote the bytes' repr into an SSE event: the quoted error is read.
+        (
+            "opea-chatqna-200-sse-python-bytes-tgi-validation",
+            "context_length",
+        ),
+        // rate_limit_error is a family tag that "the engine is currently overloaded" refines.
+        (
+            "kimi-code-anthropic-429-rate-limit-error-engine-overloaded-pretty",
+            "overloaded",
+        ),
+        (
+            "dashscope-native-400-range-of-input-length-6000",
+            "context_length",
+        ),
+        ("cody-gateway-400-model-not-allowed", "model_not_found"),
+        (
+            "chatgpt-codex-400-usage-limit-reached-status-field",
+            "rate_limited",
+        ),
+        (
+            "continue-proxy-404-json-string-missing-secret-mistral-key",
+            "auth",
+        ),
+        ("opencode-go-400-missing-session-id", "malformed"),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["expected_class"], want, "{id}");
+        let (class, signal) = got(c);
+        assert_eq!(class, want, "{id} by {signal}");
+        // Each is decided by a word or code, never the bare status.
+        assert!(!signal.starts_with("status="), "{id} by {signal}");
+    }
+}
+
 #[test]
 fn the_issue_21_corpus_is_real_sourced_and_broad() {
     let cases = issue21();
@@ -675,7 +777,26 @@ fn the_issue_21_corpus_is_real_sourced_and_broad() {
 /// source of the row that decides it (the row's `basis` names another vendor).
 #[test]
 fn every_kind_issue_21_names_is_classified_right() {
-    let kinds: [(&str, &str, &str); 17] = [
+    let kinds: [(&str, &str, &str); 20] = [
+        // Round 4: z.ai's web stream warns "inappropriate content" in an event whose JSON
+        // is cut short (a row written from DashScope's docs), and Cody Gateway blocks by
+        // its acceptable use policy (a row written from OpenAI's).
+        (
+            "zai-web-200-sse-content-security-warning",
+            "content_refusal",
+            "aliyun",
+        ),
+        (
+            "cody-gateway-400-blocked-acceptable-use-policy",
+            "content_refusal",
+            "openai",
+        ),
+        // Round 4: a bad key relayed by Dify as a 400.
+        (
+            "dify-400-completion-request-error-incorrect-key",
+            "auth",
+            "",
+        ),
         // Refusals in other vocabularies: a Google ErrorInfo reason read by the word
         // `unsafe` (a row written from Zhipu's docs).
         (
@@ -837,12 +958,19 @@ fn moderation_words_never_fail_over() {
             }
         }
     }
-    // Not every word near "sensitive" is moderation.
-    let case = r#"{"error":{"message":"model names are case-sensitive"}}"#;
-    assert_eq!(
-        explain(Api::Openai, 503, &[], case).outcome.class(),
-        Some(FailureClass::Overloaded)
-    );
+    // Not every word near "sensitive" is moderation, and a moderation word inside a
+    // name is not one.
+    for case in [
+        r#"{"error":{"message":"model names are case-sensitive"}}"#,
+        r#"{"error":{"message":"model OpenGuardrails is loading, try again"}}"#,
+        r#"{"error":{"message":"the insensitive matcher crashed"}}"#,
+    ] {
+        assert_eq!(
+            explain(Api::Openai, 503, &[], case).outcome.class(),
+            Some(FailureClass::Overloaded),
+            "{case}"
+        );
+    }
 }
 
 /// The vendor's code or type in the body, when it carries one that says more than the

@@ -283,7 +283,17 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             Some(h) => (c, Signal::of(h)),
             None => (c, status_signal()),
         },
-        Meaning::Provider(c) => match best(hits, refines).or_else(|| best(hits, agrees(c))) {
+        // A relay's provider fault around a vendor's own provider-family tag (a 500
+        // quoting Anthropic's `rate_limit_error`) is the vendor's fault as the vendor
+        // named it: the innermost words decide, as for every relayed signal.
+        Meaning::Provider(c) => match best(hits, refines)
+            .or_else(|| {
+                best(hits, |h| {
+                    family(h) && h.depth > 0 && provider_class(h.class)
+                })
+            })
+            .or_else(|| best(hits, agrees(c)))
+        {
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
@@ -301,6 +311,25 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
                 None => (FailureClass::Malformed, status_signal()),
             }
         }
+    }
+}
+
+/// The classes of a provider's fault that a status of the provider family may carry.
+fn provider_class(c: FailureClass) -> bool {
+    match c {
+        FailureClass::RateLimited
+        | FailureClass::Overloaded
+        | FailureClass::ServerError
+        | FailureClass::Timeout => true,
+        FailureClass::Connect
+        | FailureClass::Dropped
+        | FailureClass::CircuitOpen
+        | FailureClass::Auth
+        | FailureClass::ModelNotFound
+        | FailureClass::ContextLength
+        | FailureClass::ContentRefusal
+        | FailureClass::Malformed
+        | FailureClass::Unclassified => false,
     }
 }
 
@@ -629,12 +658,23 @@ fn classify_sse(api: Api, body: &str) -> Explained {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(data) else {
+            // An event that is not JSON may still quote a vendor's error: a Python relay
+            // that wrote the bytes' repr (`b'{"error": …}'`), a paste cut short. Its
+            // words are read like any error's; with none, nothing can be said of it.
+            let hits = evidence::read(&[], None, data);
+            if hits.is_empty() {
+                return Explained::new(
+                    Outcome::fail(
+                        FailureClass::Unclassified,
+                        "a stream event that is not JSON",
+                    ),
+                    Signal::new("stream event", "not JSON"),
+                );
+            }
+            let (class, signal) = decide(None, &hits, data);
             return Explained::new(
-                Outcome::fail(
-                    FailureClass::Unclassified,
-                    "a stream event that is not JSON",
-                ),
-                Signal::new("stream event", "not JSON"),
+                Outcome::fail(class, reason_for(None, class, &signal)),
+                signal,
             );
         };
         seen = true;
@@ -720,13 +760,28 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
                     Signal::new(source, value),
                 );
             }
-            if v.get("candidates")
-                .and_then(Value::as_array)
-                .is_some_and(|c| !c.is_empty())
-            {
-                success("candidates")
-            } else {
-                unclassified("a 2xx without candidates", "no candidates")
+            let candidates = v.get("candidates").and_then(Value::as_array);
+            match candidates {
+                Some(c) if !c.is_empty() => {
+                    // A candidate that stopped for something other than a normal stop
+                    // or the output cap, with no content and no block reason (`OTHER`),
+                    // is no answer, and names no refusal either. Fixed after the round-4
+                    // held-out measure, which had called it a success.
+                    let abnormal = c.iter().any(|c| {
+                        c.get("finishReason")
+                            .and_then(Value::as_str)
+                            .is_some_and(|r| !matches!(r, "STOP" | "MAX_TOKENS"))
+                    });
+                    if abnormal && !gemini_has_content(v) {
+                        unclassified(
+                            "a 2xx whose candidates stopped with no content and no block reason",
+                            "finishReason without content",
+                        )
+                    } else {
+                        success("candidates")
+                    }
+                }
+                Some(_) | None => unclassified("a 2xx without candidates", "no candidates"),
             }
         }
     }

@@ -363,6 +363,8 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
                 text(m, depth, seen);
             }
         }
+        // Coze's workflow runner puts the failure in `$error`. Added after the round-4
+        // held-out measure, which it had missed.
         for key in [
             "message",
             "error",
@@ -370,6 +372,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             "error_message",
             "error_msg",
             "msg",
+            "$error",
         ] {
             match obj.get(key) {
                 Some(Value::String(s)) => text(s, depth, seen),
