@@ -8,6 +8,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::books::Books;
+use super::checkpoint::Bound;
 use super::ops::apply_op;
 use crate::ledger::{LedgerError, Op};
 
@@ -28,14 +29,17 @@ pub struct Writer {
     conn: Mutex<(Connection, Books)>,
     /// Whether the last group could write at all (readiness).
     writable: AtomicBool,
+    /// Keeps the WAL bounded (checkpoints themselves run on their own thread).
+    wal: Bound,
 }
 
 impl Writer {
-    pub fn new(conn: Connection) -> Self {
+    pub fn new(conn: Connection, wal: Bound) -> Self {
         Writer {
             queue: Mutex::new(Vec::new()),
             conn: Mutex::new((conn, Books::default())),
             writable: AtomicBool::new(true),
+            wal,
         }
     }
 
@@ -92,6 +96,8 @@ impl Writer {
         for (env, res) in group.into_iter().zip(results) {
             let _ = env.reply.send(res);
         }
+        // After the replies: the group's callers need not wait for it.
+        self.wal.after_commit(conn);
     }
 }
 
