@@ -26,8 +26,8 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, TrySendError};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
 use rusqlite::{Connection, wal::CheckpointMode};
@@ -43,6 +43,11 @@ const PASSIVE_AT_PAGES: u32 = 1000;
 /// written back once per checkpoint, so back-to-back checkpoints write the same pages
 /// over and over.
 const PACE: Duration = Duration::from_millis(50);
+
+/// How long after a commit that was not fsynced (see `Op::durable_before_reply`) the
+/// checkpointer fsyncs the WAL, unless a synced commit has covered it meanwhile: at
+/// low load the next request's admission does, and one fsync per request remains.
+const SYNC_DELAY: Duration = Duration::from_millis(5);
 
 /// How long the writer connection waits for a lock otherwise (`connect`).
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,13 +72,27 @@ impl Marks {
     }
 }
 
-/// The writer's side: how many pages its WAL held after its last commit.
+/// The writer's side: how many pages its WAL held after its last commit, and whether
+/// its last commits are still waiting for an fsync.
 pub struct Bound {
     pages: Arc<AtomicU32>,
     restart: u32,
+    unsynced: Arc<AtomicBool>,
+    wake: SyncSender<()>,
 }
 
 impl Bound {
+    /// After a group committed without an fsync: the checkpointer fsyncs the WAL soon.
+    pub fn commit_unsynced(&self) {
+        self.unsynced.store(true, Ordering::Release);
+        wake(&self.wake);
+    }
+
+    /// After a group committed with an fsync, which made every earlier commit durable too.
+    pub fn commit_synced(&self) {
+        self.unsynced.store(false, Ordering::Release);
+    }
+
     /// After a group's commit: past the bound, try to make the WAL start over (see the
     /// module's comment). Never waits for a lock, never fails a request: a busy or
     /// failed attempt is tried again after the next group.
@@ -106,9 +125,11 @@ pub fn start(writer: &mut Connection, path: &Path, opts: &Options) -> Result<Bou
     let marks = Marks::new(opts.wal_bound, page_size);
     let conn = super::connect(path, opts)?;
     let pages = Arc::new(AtomicU32::new(0));
-    // One pending wake-up is enough: the checkpointer reads the WAL's size itself.
-    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let unsynced = Arc::new(AtomicBool::new(false));
+    // One pending wake-up is enough: the checkpointer reads what to do from the atomics.
+    let (waker, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let seen = pages.clone();
+    let wake_hook = waker.clone();
     // Replaces SQLite's automatic checkpoint (which is itself a WAL hook). Runs inside
     // each commit on the writer's thread, so it does no more than an atomic store and
     // a non-blocking send.
@@ -116,31 +137,76 @@ pub fn start(writer: &mut Connection, path: &Path, opts: &Options) -> Result<Bou
         let n = u32::try_from(n).unwrap_or(0);
         seen.store(n, Ordering::Relaxed);
         if n >= marks.passive {
-            match wake.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
-            }
+            wake(&wake_hook);
         }
         Ok(())
     }))?;
+    let thread = Checkpointer {
+        conn,
+        wal: wal_path(path),
+        pages: pages.clone(),
+        unsynced: unsynced.clone(),
+        passive: marks.passive,
+    };
     std::thread::Builder::new()
         .name("purser-checkpoint".into())
-        .spawn(move || run(&conn, &woken))
+        .spawn(move || thread.run(&woken))
         .map_err(|e| LedgerError::Unavailable(format!("cannot start the checkpointer: {e}")))?;
     Ok(Bound {
         pages,
         restart: marks.restart,
+        unsynced,
+        wake: waker,
     })
 }
 
-/// The checkpointer: a passive pass whenever the writer reports a WAL past the mark,
-/// at most one per `PACE`.
-fn run(conn: &Connection, woken: &Receiver<()>) {
-    while woken.recv().is_ok() {
-        if let Err(e) = conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-            // The next wake-up tries again; the writer's commits do not depend on it.
-            tracing::warn!(error = %e, "WAL checkpoint failed; retrying at the next commit");
+fn wake(w: &SyncSender<()>) {
+    match w.try_send(()) {
+        Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+    }
+}
+
+fn wal_path(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// The thread's side.
+struct Checkpointer {
+    conn: Connection,
+    wal: std::path::PathBuf,
+    pages: Arc<AtomicU32>,
+    unsynced: Arc<AtomicBool>,
+    passive: u32,
+}
+
+impl Checkpointer {
+    /// Fsync what the writer left unsynced, and run a passive pass whenever the WAL is
+    /// past the mark, at most one per `PACE`.
+    fn run(&self, woken: &Receiver<()>) {
+        while woken.recv().is_ok() {
+            if self.unsynced.load(Ordering::Acquire) {
+                std::thread::sleep(SYNC_DELAY);
+                if self.unsynced.swap(false, Ordering::AcqRel) {
+                    if let Err(e) = std::fs::File::open(&self.wal).and_then(|f| f.sync_data()) {
+                        // Left for the next synced commit or checkpoint, which sync it.
+                        tracing::warn!(error = %e, "cannot fsync the ledger's WAL");
+                    }
+                }
+            }
+            if self.pages.load(Ordering::Relaxed) >= self.passive {
+                // A pass fsyncs the WAL before copying it back, then the database file.
+                if let Err(e) = self
+                    .conn
+                    .wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE)
+                {
+                    // The next wake-up tries again; the writer's commits do not depend on it.
+                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying at the next commit");
+                }
+                std::thread::sleep(PACE);
+            }
         }
-        std::thread::sleep(PACE);
     }
 }
 

@@ -43,7 +43,11 @@ impl Store {
         let bound = checkpoint::start(&mut conn, path, opts)?;
         Ok((
             Store {
-                writer: Some(Arc::new(group::Writer::new(conn, bound))),
+                writer: Some(Arc::new(group::Writer::new(
+                    conn,
+                    bound,
+                    opts.sync == Sync::Full,
+                ))),
                 path: path.to_path_buf(),
             },
             recovered,
