@@ -6,15 +6,16 @@
 #
 # An nginx mock answers instantly: plain chat.completions, and the same answer as an
 # OpenAI event stream for the streaming model. wrk sends every other request with
-# `stream: true`. PSS (proportional set size) of purser is sampled after a warm-up at
-# load (start), every minute, and at the end, still at load; the ledger is on
-# PURSER_BENCH_LEDGER_DIR (default /tmp) at the default durability (full). Needs nginx
-# and wrk (benches/harness/install-tools.sh).
+# `stream: true`. PSS (proportional set size) of purser is sampled after a minute's
+# warm-up at load (start; its SQLite page cache and allocator fill during it: at 30 s
+# it was still 7 MB short), every minute, and at the end, still at load. The ledger is
+# on PURSER_BENCH_LEDGER_DIR (default /tmp) at the default durability (full). Needs
+# nginx and wrk (benches/harness/install-tools.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${SOAK_SECONDS:-600}
 conc=${SOAK_CONCURRENCY:-64}
-warmup=${SOAK_WARMUP:-30}
+warmup=${SOAK_WARMUP:-60}
 mock_port=${SOAK_MOCK_PORT:-18480}
 port=${SOAK_PORT:-18481}
 bin=${PURSER_BENCH_BIN:-target/release/purser}

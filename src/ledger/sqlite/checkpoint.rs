@@ -197,12 +197,18 @@ impl Checkpointer {
             }
             if self.pages.load(Ordering::Relaxed) >= self.passive {
                 // A pass fsyncs the WAL before copying it back, then the database file.
-                if let Err(e) = self
+                match self
                     .conn
                     .wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE)
                 {
+                    Ok(_) => {}
+                    // The writer's restart holds the checkpoint lock now: it does the
+                    // work this pass would have done.
+                    Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {}
                     // The next wake-up tries again; the writer's commits do not depend on it.
-                    tracing::warn!(error = %e, "WAL checkpoint failed; retrying at the next commit");
+                    Err(e) => {
+                        tracing::warn!(error = %e, "WAL checkpoint failed; retrying at the next commit")
+                    }
                 }
                 std::thread::sleep(PACE);
             }
