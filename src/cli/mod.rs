@@ -107,10 +107,11 @@ pub enum Command {
         db: Target,
         #[command(flatten)]
         replica: ReplicaArgs,
-        /// SQLite ledger: `full` fsyncs every commit, so an attempt's row is on disk
-        /// before its call is sent, even across a power loss; `normal` skips that fsync
-        /// and survives a process crash only (the last commits may be lost on power
-        /// loss). PostgreSQL commits as its server is configured; this does not apply.
+        /// SQLite ledger: `full` fsyncs every commit a call waits on, so an attempt's
+        /// row is on disk before its call is sent, even across a power loss (a call's
+        /// ending is fsynced within 5 ms); `normal` skips those fsyncs and survives a
+        /// process crash only (the last commits may be lost on power loss). PostgreSQL
+        /// commits as its server is configured; this does not apply.
         #[arg(long, env = "PURSER_DURABILITY", value_enum, default_value = "full")]
         durability: Durability,
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -182,7 +183,8 @@ pub enum Command {
 /// `purser serve --durability`: how far a commit of the SQLite ledger is trusted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Durability {
-    /// Each commit is fsynced: survives power loss (the default).
+    /// Each commit a call waits on is fsynced: no call without its row, even across
+    /// a power loss (the default).
     Full,
     /// No fsync per commit: survives a process crash, not a power loss.
     Normal,

@@ -198,8 +198,10 @@ pub enum Sync {
     /// crash, including the row of a call already sent (DESIGN's write-ahead rule then
     /// holds only against process crashes). No fsync per commit.
     Normal,
-    /// Survives power loss too: each commit returns only after the WAL is fsynced, so
-    /// an attempt is on disk before its call is sent. One fsync per group commit.
+    /// Survives power loss too: a commit that a call waits on (see
+    /// `Op::durable_before_reply`) returns only after the WAL is fsynced, so an attempt
+    /// is on disk before its call is sent; a commit that records how a call ended is
+    /// fsynced by the next such commit or by the checkpointer within milliseconds.
     Full,
 }
 
