@@ -109,7 +109,7 @@ pub enum Command {
         replica: ReplicaArgs,
         /// SQLite ledger: `full` fsyncs every commit a call waits on, so an attempt's
         /// row is on disk before its call is sent, even across a power loss (a call's
-        /// ending is fsynced within 5 ms); `normal` skips those fsyncs and survives a
+        /// ending is fsynced within milliseconds); `normal` skips those fsyncs and survives a
         /// process crash only (the last commits may be lost on power loss). PostgreSQL
         /// commits as its server is configured; this does not apply.
         #[arg(long, env = "PURSER_DURABILITY", value_enum, default_value = "full")]

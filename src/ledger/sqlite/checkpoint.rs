@@ -188,11 +188,11 @@ impl Checkpointer {
         while woken.recv().is_ok() {
             if self.unsynced.load(Ordering::Acquire) {
                 std::thread::sleep(SYNC_DELAY);
-                if self.unsynced.swap(false, Ordering::AcqRel) {
-                    if let Err(e) = std::fs::File::open(&self.wal).and_then(|f| f.sync_data()) {
-                        // Left for the next synced commit or checkpoint, which sync it.
-                        tracing::warn!(error = %e, "cannot fsync the ledger's WAL");
-                    }
+                if self.unsynced.swap(false, Ordering::AcqRel)
+                    && let Err(e) = std::fs::File::open(&self.wal).and_then(|f| f.sync_data())
+                {
+                    // Left for the next synced commit or checkpoint, which sync it.
+                    tracing::warn!(error = %e, "cannot fsync the ledger's WAL");
                 }
             }
             if self.pages.load(Ordering::Relaxed) >= self.passive {
