@@ -285,7 +285,7 @@ async fn metrics_on_their_own_listener_leave_the_main_one() {
 }
 
 #[tokio::test]
-async fn purser_serve_wires_metrics_listen_token_and_max_in_flight() {
+async fn purser_serve_wires_metrics_listen_token_max_in_flight_and_durability() {
     let g = two_budgets(|_| {}).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -297,7 +297,14 @@ async fn purser_serve_wires_metrics_listen_token_and_max_in_flight() {
     let child = common::serve_child(
         &g.config,
         &db,
-        &["--metrics-listen", &metrics_addr, "--max-in-flight", "8"],
+        &[
+            "--metrics-listen",
+            &metrics_addr,
+            "--max-in-flight",
+            "8",
+            "--durability",
+            "normal",
+        ],
         &[("PURSER_METRICS_TOKEN", "serve-metrics-token")],
         false,
     )
@@ -327,6 +334,15 @@ async fn purser_serve_wires_metrics_listen_token_and_max_in_flight() {
         .output()
         .unwrap();
     assert_eq!(zero.status.code(), Some(2));
+    // A durability that is not one of the two is a usage error naming them.
+    let bogus = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .args(["serve", "--durability", "sometimes", "--config"])
+        .arg(&g.config)
+        .output()
+        .unwrap();
+    assert_eq!(bogus.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&bogus.stderr);
+    assert!(said.contains("full") && said.contains("normal"), "{said}");
 }
 
 #[tokio::test]

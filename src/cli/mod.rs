@@ -107,6 +107,13 @@ pub enum Command {
         db: Target,
         #[command(flatten)]
         replica: ReplicaArgs,
+        /// SQLite ledger: `full` fsyncs every commit a call waits on, so an attempt's
+        /// row is on disk before its call is sent, even across a power loss (a call's
+        /// ending is fsynced within milliseconds); `normal` skips those fsyncs and survives a
+        /// process crash only (the last commits may be lost on power loss). PostgreSQL
+        /// commits as its server is configured; this does not apply.
+        #[arg(long, env = "PURSER_DURABILITY", value_enum, default_value = "full")]
+        durability: Durability,
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
         #[arg(long, value_enum, default_value = "pretty")]
@@ -171,6 +178,25 @@ pub enum Command {
         #[arg(long)]
         explain: bool,
     },
+}
+
+/// `purser serve --durability`: how far a commit of the SQLite ledger is trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    /// Each commit a call waits on is fsynced: no call without its row, even across
+    /// a power loss (the default).
+    Full,
+    /// No fsync per commit: survives a process crash, not a power loss.
+    Normal,
+}
+
+impl From<Durability> for crate::ledger::Sync {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::Full => crate::ledger::Sync::Full,
+            Durability::Normal => crate::ledger::Sync::Normal,
+        }
+    }
 }
 
 /// Who this replica is on a shared (PostgreSQL) ledger.
@@ -359,6 +385,7 @@ pub fn run(cli: Cli) -> ExitCode {
             config,
             db,
             replica,
+            durability,
             listen,
             log_format,
             shutdown_grace_s,
@@ -372,7 +399,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 serve::serve(serve::Listen {
                     config: &config,
                     db: &db,
-                    ledger: serve::ledger_options(&replica),
+                    ledger: serve::ledger_options(&replica, durability),
                     listen,
                     grace: std::time::Duration::from_secs(shutdown_grace_s),
                     max_in_flight,

@@ -14,9 +14,11 @@ use crate::http;
 use crate::ledger::{Ledger, Options, Target};
 use crate::reload::Reloader;
 
-/// The ledger's options from the replica flags (they matter on a shared ledger only).
-pub fn ledger_options(r: &super::ReplicaArgs) -> Options {
+/// The ledger's options from the replica flags (they matter on a shared ledger only)
+/// and the durability (on SQLite only).
+pub fn ledger_options(r: &super::ReplicaArgs, durability: super::Durability) -> Options {
     Options {
+        sync: durability.into(),
         replica: r.replica_id.clone(),
         lease: Duration::from_millis(r.replica_lease_ms.max(100)),
         ..Options::default()
@@ -50,6 +52,7 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
         eprintln!("error: --max-in-flight must be at least 1 (0 would refuse every request)");
         return ExitCode::from(EXIT_USAGE);
     }
+    let opts_sync = opts.sync;
     let Some(plan) = compile_or_report(config) else {
         return ExitCode::from(EXIT_INVALID);
     };
@@ -82,7 +85,14 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
             return ExitCode::from(EXIT_INVALID);
         }
     };
-    tracing::info!(%listen, plan_id, db = %db, max_in_flight, "purser serving");
+    let durability = match db {
+        Target::Sqlite(_) => match opts_sync {
+            crate::ledger::Sync::Full => "full",
+            crate::ledger::Sync::Normal => "normal",
+        },
+        Target::Postgres(_) => "postgres",
+    };
+    tracing::info!(%listen, plan_id, db = %db, durability, max_in_flight, "purser serving");
     let admin_token = std::env::var("PURSER_ADMIN_TOKEN")
         .ok()
         .and_then(|t| http::AdminToken::new(&t));

@@ -23,12 +23,26 @@ pub use audit::AdminToken;
 /// Default request body limit (10 MiB).
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
-/// Default limit of chat requests in the gateway at once. Each may hold a body of up
-/// to `body_limit` and an upstream connection (the client keeps up to 256 idle ones
-/// per host), so 256 bounds request bodies in memory near 2.5 GiB; it is four times
-/// the benchmark's highest concurrency (c=64), so a healthy gateway with slow
-/// upstreams does not shed load.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// What one chat request in flight costs in memory, measured (benches: PSS of
+/// `purser serve` at c=1024 on a 200 ms upstream, minus its PSS idle, over 1024), for a
+/// request of the benchmark's size (a few hundred bytes of prompt): 87 KB, of which the
+/// stack's own connections and buffers, measured the same way on the proxy floor, are
+/// 70 KB. It grows with the body: 312 KB with a 64 kB prompt (the floor: 270 KB), for
+/// the prompt is held as parsed (for a failover) and as sent, and the connections'
+/// buffers hold it too. Rounded up here.
+pub const BYTES_PER_REQUEST_IN_FLIGHT: usize = 96 * 1024;
+
+/// The memory the default limit lets requests in flight take, at the cost above.
+pub const IN_FLIGHT_MEMORY_BUDGET: usize = 256 * 1024 * 1024;
+
+/// Default limit of chat requests in the gateway at once: the budget over the cost of
+/// one (2,730). LLM calls last seconds to minutes, so a team's ordinary load is
+/// thousands of requests in flight; at c=1024 on a 200 ms upstream the old default of
+/// 256 turned three requests in four away. Bodies larger than the benchmark's cost more
+/// each (see `BYTES_PER_REQUEST_IN_FLIGHT`); every body is read only after the client's
+/// key is checked and a permit taken, so only known clients can fill the limit, and
+/// `--max-in-flight` lowers it where prompts are large or memory is tight.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = IN_FLIGHT_MEMORY_BUDGET / BYTES_PER_REQUEST_IN_FLIGHT;
 
 /// Seconds a client shed for overload is told to wait (`Retry-After`).
 const RETRY_AFTER_S: &str = "1";

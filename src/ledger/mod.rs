@@ -190,19 +190,32 @@ fn postgres_transient(e: &tokio_postgres::Error) -> bool {
     c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") || c.starts_with("40")
 }
 
-/// Durability of each group commit (SQLite `synchronous`, in WAL mode).
+/// Durability of each group commit (SQLite `synchronous`, in WAL mode). PostgreSQL
+/// commits as its server is configured (`synchronous_commit`); this does not apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sync {
-    /// Survives a process crash; the last commits may be lost on power loss.
+    /// Survives a process crash; the last commits may be lost on power loss or an OS
+    /// crash, including the row of a call already sent (DESIGN's write-ahead rule then
+    /// holds only against process crashes). No fsync per commit.
     Normal,
-    /// Survives power loss too, at a cost per commit.
+    /// Survives power loss too: a commit that a call waits on (see
+    /// `Op::durable_before_reply`) returns only after the WAL is fsynced, so an attempt
+    /// is on disk before its call is sent; a commit that records how a call ended is
+    /// fsynced by the next such commit or by the checkpointer within milliseconds.
     Full,
 }
+
+/// WAL size past which the checkpointer holds commits back until the WAL can start
+/// over (see `sqlite::checkpoint`): 32 MiB, about 8,000 pages.
+pub const DEFAULT_WAL_BOUND: u64 = 32 * 1024 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct Options {
     /// SQLite: durability of each group commit.
     pub sync: Sync,
+    /// SQLite: bytes of WAL past which a checkpoint blocks commits until the WAL can
+    /// start over; checkpoints below it run beside the writer.
+    pub wal_bound: u64,
     /// SQLite: upper bound on the database size in pages (a quota; also how tests make
     /// the disk "full").
     pub max_page_count: Option<u64>,
@@ -217,7 +230,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            sync: Sync::Normal,
+            sync: Sync::Full,
+            wal_bound: DEFAULT_WAL_BOUND,
             max_page_count: None,
             replica: None,
             lease: Duration::from_secs(15),

@@ -45,3 +45,27 @@ pub enum Op {
     },
     Probe,
 }
+
+impl Op {
+    /// Whether an upstream call, or an operator's word, waits on this operation being
+    /// durable. Under full durability a group holding one is fsynced before any of its
+    /// callers return. The others record how something ended (a call's answer, a
+    /// refusal with no call): they are fsynced by the next group that needs it, or by
+    /// the checkpointer within milliseconds. A power loss in between leaves the
+    /// attempt `in_flight`, which restart turns into `interrupted` / `maybe_billed` at
+    /// its worst case, as after a crash (DESIGN 5): never a call without its row.
+    pub fn durable_before_reply(&self) -> bool {
+        match self {
+            Op::Admit { .. }
+            | Op::BeginAttempt(_)
+            | Op::TopUp { .. }
+            | Op::Settle { .. }
+            | Op::Interrupt { .. }
+            | Op::ReseedWindows { .. }
+            | Op::Probe => true,
+            Op::Refusal { .. } | Op::FinishAttempt(_) | Op::FinishRequest(_) | Op::Finish(..) => {
+                false
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::books::Books;
+use super::checkpoint::Bound;
 use super::ops::apply_op;
 use crate::ledger::{LedgerError, Op};
 
@@ -28,14 +29,26 @@ pub struct Writer {
     conn: Mutex<(Connection, Books)>,
     /// Whether the last group could write at all (readiness).
     writable: AtomicBool,
+    /// Keeps the WAL bounded (checkpoints themselves run on their own thread), and
+    /// fsyncs what a group left unsynced.
+    wal: Bound,
+    /// Full durability: groups that hold an operation a call waits on are fsynced.
+    full: bool,
+    /// Whether the connection is at `synchronous = FULL` now (read and changed only
+    /// under the connection's lock).
+    at_full: AtomicBool,
 }
 
 impl Writer {
-    pub fn new(conn: Connection) -> Self {
+    /// `full`: the connection was opened at `synchronous = FULL`.
+    pub fn new(conn: Connection, wal: Bound, full: bool) -> Self {
         Writer {
             queue: Mutex::new(Vec::new()),
             conn: Mutex::new((conn, Books::default())),
             writable: AtomicBool::new(true),
+            wal,
+            full,
+            at_full: AtomicBool::new(full),
         }
     }
 
@@ -82,7 +95,18 @@ impl Writer {
     }
 
     fn commit(&self, conn: &mut Connection, books: &mut Books, group: Vec<Envelope>) {
-        let results = apply_group(conn, books, &group);
+        // Under full durability, a group of completions only (no call waits on them) is
+        // committed without its fsync, which the next synced group or the checkpointer
+        // provides (see `Op::durable_before_reply`): one fsync per request at low load
+        // instead of two.
+        let synced = self.full && group.iter().any(|e| e.op.durable_before_reply());
+        let results = match self.set_synced(conn, synced) {
+            Ok(()) => apply_group(conn, books, &group),
+            Err(e) => group
+                .iter()
+                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
+                .collect(),
+        };
         // Refusals of the operation itself (a budget, an unknown id) say nothing about
         // the disk; an SQLite failure of every operation does.
         let wrote = results
@@ -91,6 +115,36 @@ impl Writer {
         self.writable.store(wrote, Ordering::Relaxed);
         for (env, res) in group.into_iter().zip(results) {
             let _ = env.reply.send(res);
+        }
+        if self.full && wrote {
+            if self.at_full.load(Ordering::Relaxed) {
+                self.wal.commit_synced();
+            } else {
+                self.wal.commit_unsynced();
+            }
+        }
+        // After the replies: the group's callers need not wait for it.
+        self.wal.after_commit(conn);
+    }
+
+    /// Put the connection at `synchronous = FULL` (`synced`) or `NORMAL` for the next
+    /// group. Only under full durability; a failure to relax keeps it at `FULL`.
+    fn set_synced(&self, conn: &Connection, synced: bool) -> rusqlite::Result<()> {
+        if !self.full || self.at_full.load(Ordering::Relaxed) == synced {
+            return Ok(());
+        }
+        let sql = if synced {
+            "PRAGMA synchronous = FULL"
+        } else {
+            "PRAGMA synchronous = NORMAL"
+        };
+        match conn.prepare_cached(sql).and_then(|mut st| st.execute([])) {
+            Ok(_) => {
+                self.at_full.store(synced, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(_) if !synced => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }

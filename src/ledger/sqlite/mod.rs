@@ -8,6 +8,7 @@
 
 pub mod audit;
 mod books;
+mod checkpoint;
 mod group;
 pub mod migrate;
 mod ops;
@@ -39,9 +40,14 @@ impl Store {
         let mut conn = connect(path, opts)?;
         migrate::migrate_to(&mut conn, migrate::latest())?;
         let recovered = recover::recover(&mut conn)?;
+        let bound = checkpoint::start(&mut conn, path, opts)?;
         Ok((
             Store {
-                writer: Some(Arc::new(group::Writer::new(conn))),
+                writer: Some(Arc::new(group::Writer::new(
+                    conn,
+                    bound,
+                    opts.sync == Sync::Full,
+                ))),
                 path: path.to_path_buf(),
             },
             recovered,
