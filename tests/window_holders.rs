@@ -51,6 +51,7 @@ on_both_engines!(
     an_adopted_request_interrupted_then_settled_by_an_operator,
     an_adopted_request_recovered_after_a_crash_then_settled_above_its_worst_case,
     a_budget_removed_and_added_back_adopts_what_was_admitted_without_it,
+    a_request_holding_its_day_is_given_a_month_added_mid_flight,
 );
 
 fn m(s: &str) -> Money {
@@ -422,4 +423,65 @@ async fn a_budget_removed_and_added_back_adopts_what_was_admitted_without_it(eng
     .await
     .unwrap();
     assert_eq!(window(&l).await, (m("0.32"), m("0")));
+}
+
+/// `a` holds its day window when a month budget is added: the month's window, created
+/// by `b`'s admission, is added to what `a` holds, and `a`, served at 0.3 (above its
+/// bound of 0.1), is charged 0.3 in both windows.
+async fn a_request_holding_its_day_is_given_a_month_added_mid_flight(engine: Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(target) = target(engine, &format!("holders_month_{engine:?}"), &dir).await else {
+        return;
+    };
+    let (l, _) = Ledger::open_at(&target, options("r1")).await.unwrap();
+    l.admit_with_attempt(new_request("a", "0.1"), day("1"), attempt("a", 1, "0.1"))
+        .await
+        .unwrap();
+    let both = vec![
+        BudgetLimit {
+            period: Period::Day,
+            limit: m("1"),
+        },
+        BudgetLimit {
+            period: Period::Month,
+            limit: m("5"),
+        },
+    ];
+    l.admit_with_attempt(new_request("b", "0.05"), both, attempt("b", 1, "0.05"))
+        .await
+        .unwrap();
+    let figures = |w: Vec<purser::ledger::audit::BudgetState>| {
+        let mut f: Vec<(String, Money, Money)> = w
+            .into_iter()
+            .map(|w| (w.period, w.spent, w.reserved))
+            .collect();
+        f.sort_by(|x, y| x.0.cmp(&y.0));
+        f
+    };
+    assert_eq!(
+        figures(l.stored_budgets().await.unwrap()),
+        vec![
+            ("day".to_string(), m("0"), m("0.15")),
+            ("month".to_string(), m("0"), m("0.15")),
+        ]
+    );
+    l.finish(
+        ended("a", 1, Billing::Billed, "0.3"),
+        closed("a", Outcome::Served, "0.3", "0.3"),
+    )
+    .await
+    .unwrap();
+    l.finish(
+        ended("b", 1, Billing::Billed, "0.01"),
+        closed("b", Outcome::Served, "0.01", "0.01"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        figures(l.stored_budgets().await.unwrap()),
+        vec![
+            ("day".to_string(), m("0.31"), m("0")),
+            ("month".to_string(), m("0.31"), m("0")),
+        ]
+    );
 }
