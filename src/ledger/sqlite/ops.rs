@@ -409,12 +409,7 @@ fn top_up(
         holding(tx, request_id)?
     };
     let held_keys: Vec<WindowKey> = held.as_ref().map_or_else(Vec::new, |h| h.windows.clone());
-    let limit_of = |key: &WindowKey| {
-        limits
-            .iter()
-            .find(|b| b.period == key.period)
-            .map(|b| b.limit)
-    };
+    let limit_of = |key: &WindowKey| limit_of_period(limits, key.period);
     // Check every window first: a refusal must leave all of them as they were.
     let mut refusal = None;
     for key in &held_keys {
