@@ -371,8 +371,9 @@ fn day_limit(limit: &str) -> Vec<BudgetLimit> {
     }]
 }
 
-/// The seed counts billed costs, maybe-billed worst cases and what requests in flight
-/// hold, and a request counted by the seed is not counted again when it finishes.
+/// The seed counts billed costs and maybe-billed worst cases, makes requests in flight
+/// holders of the window (in `reserved`), and a request it counted is not counted
+/// again when it finishes.
 async fn a_new_window_is_seeded_from_the_ledger(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let Some(target) = target(kind, &format!("seeded_{kind:?}"), &dir).await else {
@@ -403,15 +404,18 @@ async fn a_new_window_is_seeded_from_the_ledger(kind: Kind) {
     l.admit_with_attempt(new_request("c", "0.02"), vec![], attempt("c", 1, "0.02"))
         .await
         .unwrap();
-    // A 0.2 day budget appears: 0.075 + 0.01 + 0.02 = 0.105 is spent, 0.1 does not fit.
+    // A 0.2 day budget appears: 0.075 + 0.01 = 0.085 is spent and `c`, in flight, is
+    // made a holder of the new window (0.02 reserved), so 0.1 does not fit.
     match l.admit(new_request("d", "0.1"), day_limit("0.2")).await {
-        Err(LedgerError::BudgetExhausted { spent, .. }) => assert_eq!(spent, m("0.105")),
+        Err(LedgerError::BudgetExhausted {
+            spent, reserved, ..
+        }) => assert_eq!((spent, reserved), (m("0.085"), m("0.02"))),
         other => panic!("admitted past the day's charges: {other:?}"),
     }
     l.admit(new_request("e", "0.05"), day_limit("0.2"))
         .await
         .unwrap();
-    // `c` finishes: it holds nothing in the new window, which already counted it.
+    // `c` finishes: it settles into the window it was given, as any holder does.
     l.finish(
         ended("c", 1, Billing::Billed, "0.02"),
         closed("c", Outcome::Served, "0.02", "0.02"),

@@ -29,12 +29,13 @@ pub async fn apply(client: &Client, op: &Op) -> Result<Result<(), LedgerError>, 
             Ok(Ok(()))
         }
         Op::ReseedWindows { windows, at } => {
-            // Counted again from the ledger (see `Op::ReseedWindows`).
+            // Counted again from the ledger, its open requests made its holders (see
+            // `Op::ReseedWindows` and migration 0007's `purser_seed`).
             for (policy, period) in windows {
                 let start = super::window::window_start_at(*period, *at);
                 client
                     .execute(
-                        "UPDATE budget_windows SET spent = purser_charged($1, $2, $3) WHERE policy = $1 AND period = $2 AND window_start = $3",
+                        "SELECT purser_seed($1, $2, $3, NULL::numeric)",
                         &[policy, &period.as_str(), &start],
                     )
                     .await?;
@@ -168,11 +169,10 @@ async fn top_up(
         });
     }
     // Budgets the running plan has that the request holds nothing in (added since its
-    // admission): charged first, as spent (see `sqlite::ops::top_up`).
-    let charged = match charge_unheld(client, request_id, extra, limits).await? {
-        Ok(charged) => charged,
-        Err(e) => return Ok(Err(e)),
-    };
+    // admission): their window is created, or counted again, from the ledger, which
+    // makes the request one of its holders, so the top-up below raises it there too
+    // (see `sqlite::ops::top_up`).
+    adopt_unheld(client, request_id, limits).await?;
     let periods: Vec<&str> = limits.iter().map(|b| b.period.as_str()).collect();
     let amounts: Vec<Decimal> = limits.iter().map(|b| b.limit.decimal()).collect();
     let st = client.prepare_cached(sql::TOP_UP).await?;
@@ -181,7 +181,6 @@ async fn top_up(
         .await?;
     let found: bool = row.try_get(0)?;
     if !found {
-        uncharge(client, &charged, extra).await?;
         let st = client.prepare_cached(sql::OUTCOME).await?;
         return Ok(Err(match client.query_opt(&st, &[&request_id]).await? {
             None => LedgerError::UnknownRequest(request_id.to_string()),
@@ -196,7 +195,6 @@ async fn top_up(
     if raised > 0 || windows == 0 {
         return Ok(Ok(()));
     }
-    uncharge(client, &charged, extra).await?;
     if !took.is_empty() {
         let st = client.prepare_cached(sql::UNRESERVE).await?;
         client
@@ -235,14 +233,13 @@ async fn top_up(
     }))
 }
 
-/// Charge `extra` as spent to each window of `limits` the request holds nothing in,
-/// creating it from the ledger if need be; all or none. The windows charged, for undoing.
-async fn charge_unheld(
+/// Create, or count again, the window of each period of `limits` the in-flight request
+/// holds nothing in: that makes it a holder of each (`purser_seed`).
+async fn adopt_unheld(
     client: &Client,
     request_id: &str,
-    extra: Money,
     limits: &[BudgetLimit],
-) -> Result<Result<Vec<Charged>, LedgerError>, LedgerError> {
+) -> Result<(), LedgerError> {
     let Some(row) = client
         .query_opt(
             "SELECT policy, received_at, COALESCE(reserved_periods, '{}') FROM requests WHERE id = $1 AND outcome = 'in_flight'",
@@ -251,69 +248,20 @@ async fn charge_unheld(
         .await?
     else {
         // Unknown or no longer in flight: the top-up itself says which.
-        return Ok(Ok(Vec::new()));
+        return Ok(());
     };
     let policy: String = row.try_get(0)?;
     let received: OffsetDateTime = row.try_get(1)?;
     let held: Vec<String> = row.try_get(2)?;
-    let mut charged: Vec<Charged> = Vec::new();
     for b in limits
         .iter()
         .filter(|b| !held.iter().any(|p| p == b.period.as_str()))
     {
         let start = super::window::window_start_at(b.period, received);
-        let period = b.period.as_str().to_string();
         client
             .execute(
-                "INSERT INTO budget_windows (policy, period, window_start, limit_amount, spent, reserved)
-                 VALUES ($1, $2, $3, $4, purser_charged($1, $2, $3), 0)
-                 ON CONFLICT (policy, period, window_start) DO NOTHING",
-                &[&policy, &period, &start, &dec(b.limit)],
-            )
-            .await?;
-        let took = client
-            .query_opt(
-                "UPDATE budget_windows SET spent = spent + $5, limit_amount = $4
-                 WHERE policy = $1 AND period = $2 AND window_start = $3
-                   AND spent + reserved + $5 <= $4
-                 RETURNING 1",
-                &[&policy, &period, &start, &dec(b.limit), &dec(extra)],
-            )
-            .await?;
-        if took.is_none() {
-            let w = client
-                .query_one(
-                    "SELECT spent, reserved FROM budget_windows WHERE policy = $1 AND period = $2 AND window_start = $3",
-                    &[&policy, &period, &start],
-                )
-                .await?;
-            let (spent, reserved) = (Money::new(w.try_get(0)?), Money::new(w.try_get(1)?));
-            uncharge(client, &charged, extra).await?;
-            return Ok(Err(LedgerError::BudgetExhausted {
-                policy,
-                period: b.period.as_str(),
-                limit: b.limit,
-                spent,
-                reserved,
-                remaining: b.limit.saturating_sub(spent + reserved),
-                needed: extra,
-            }));
-        }
-        charged.push((policy.clone(), period, start));
-    }
-    Ok(Ok(charged))
-}
-
-/// A window `charge_unheld` charged: policy, period, start.
-type Charged = (String, String, OffsetDateTime);
-
-/// Give back what `charge_unheld` charged, when the top-up is refused after all.
-async fn uncharge(client: &Client, charged: &[Charged], extra: Money) -> Result<(), LedgerError> {
-    for (policy, period, start) in charged {
-        client
-            .execute(
-                "UPDATE budget_windows SET spent = spent - $4 WHERE policy = $1 AND period = $2 AND window_start = $3",
-                &[policy, period, start, &dec(extra)],
+                "SELECT purser_seed($1, $2, $3, $4)",
+                &[&policy, &b.period.as_str(), &start, &dec(b.limit)],
             )
             .await?;
     }

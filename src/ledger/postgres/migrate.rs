@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 4] = [
+pub const MIGRATIONS: [(u32, &str, &str); 5] = [
     (
         1,
         "0001_init",
@@ -28,6 +28,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 4] = [
         6,
         "0006_cache_tokens",
         include_str!("../../../migrations/postgres/0006_cache_tokens.sql"),
+    ),
+    (
+        7,
+        "0007_window_holders",
+        include_str!("../../../migrations/postgres/0007_window_holders.sql"),
     ),
 ];
 

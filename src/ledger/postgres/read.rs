@@ -391,14 +391,18 @@ pub async fn current_budgets(
             Some(r) => (Money::new(r.try_get(0)?), Money::new(r.try_get(1)?)),
             // Not created yet: it will start from what the ledger already charges.
             None => {
-                let seed: Decimal = c
+                let seed = c
                     .query_one(
-                        "SELECT purser_charged($1, $2, $3)",
+                        "SELECT purser_charged($1, $2, $3),
+                                (SELECT COALESCE(sum(amount) FILTER (WHERE in_flight), 0)
+                                 FROM purser_adoptable($1, $2, $3))",
                         &[policy, &b.period.as_str(), &start],
                     )
-                    .await?
-                    .try_get(0)?;
-                (Money::new(seed), Money::ZERO)
+                    .await?;
+                (
+                    Money::new(seed.try_get::<_, Decimal>(0)?),
+                    Money::new(seed.try_get::<_, Decimal>(1)?),
+                )
             }
         };
         out.push(BudgetState {

@@ -285,17 +285,17 @@ pub fn current_budgets(
         let (spent, reserved) = match stored {
             Some((s, r)) => (parse_money(&s)?, parse_money(&r)?),
             // Not created yet: it will start from what the ledger already charges.
-            None => (
-                super::books::charged_in_window(
+            None => {
+                let (seed, _) = super::books::count_window(
                     conn,
                     &super::books::WindowKey {
                         policy: policy.clone(),
                         period: b.period,
                         start: start.clone(),
                     },
-                )?,
-                Money::ZERO,
-            ),
+                )?;
+                (seed.spent, seed.reserved)
+            }
         };
         out.push(BudgetState {
             policy: policy.clone(),

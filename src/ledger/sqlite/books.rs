@@ -87,13 +87,17 @@ impl Books {
                 },
                 // A window seen for the first time starts from what the ledger already
                 // charges the policy in that period (a budget added mid-period counts
-                // the period), in the transaction that creates it.
-                None => Window {
-                    limit: None,
-                    spent: charged_in_window(tx, key)?,
-                    reserved: Money::ZERO,
-                    dirty: true,
-                },
+                // the period), in the transaction that creates it; the requests of that
+                // period still open become its holders.
+                None => {
+                    let seed = self.seed(tx, key)?;
+                    Window {
+                        limit: None,
+                        spent: seed.spent,
+                        reserved: seed.reserved,
+                        dirty: true,
+                    }
+                }
             };
             self.windows.insert(key.clone(), w);
         }
@@ -122,55 +126,184 @@ impl Books {
     }
 }
 
-/// What the ledger charges `key.policy` in the window `key` names: for each request
-/// received in it, its attempts' billed costs plus the worst case of each attempt that
-/// may have been billed (in-flight attempts count so), and for a request still in
-/// flight at least what it holds (a failover top-up may have raised it past its
-/// attempts so far). A request in flight that holds a reservation in this very window
-/// (a window re-seeded by a reload) is left out: it is in `reserved`, and its
-/// settlement moves its charge to `spent`, so nothing is counted twice.
-///
-/// Read through the attempts' start-time index (every attempt of a request received in
-/// the window starts at or after the window's start), so it costs a scan of the
-/// window's attempts up to now, once per new window.
-pub(super) fn charged_in_window(tx: &Connection, key: &WindowKey) -> Result<Money, LedgerError> {
+impl Books {
+    /// Count the window `key` again from the ledger (`Op::ReseedWindows`), if it
+    /// exists: `spent` becomes what `seed` counts, and the requests it makes holders
+    /// add what they hold to `reserved` (its old holders are in it already).
+    pub(super) fn reseed(&mut self, tx: &Connection, key: &WindowKey) -> Result<(), LedgerError> {
+        let exists = self.windows.contains_key(key)
+            || tx
+                .prepare_cached("SELECT 1 FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
+                .exists(params![key.policy, key.period.as_str(), key.start])?;
+        if !exists {
+            return Ok(());
+        }
+        // Read before `seed` writes any holder: its old `reserved` is what it had.
+        self.window(tx, key)?;
+        let seed = self.seed(tx, key)?;
+        let w = self.window(tx, key)?;
+        w.spent = seed.spent;
+        w.reserved = w.reserved + seed.reserved;
+        w.dirty = true;
+        Ok(())
+    }
+
+    /// What the ledger charges `key.policy` in the window `key` names, for a window
+    /// created now or counted again after a reload.
+    ///
+    /// Every request received in it that is still open (in flight, or interrupted and
+    /// not yet settled) and does not hold this window is made one of its holders: the
+    /// window is added to its `reserved_in` and it is counted at what it holds,
+    /// exactly as if it had been admitted under the budget. So its settlement, a
+    /// top-up, an interrupt, recovery and an operator's settle all reach this window
+    /// too, and whatever it finally costs (above or below what it held) is what the
+    /// window is charged. (Counting it once at a guess, as `spent`, lost the
+    /// difference: a soft request whose vendor reported more than the bound settled
+    /// above it, and nothing told the window.)
+    ///
+    /// Holders in flight are in `reserved`; interrupted holders are in `spent` at what
+    /// they hold (recovery moved it there); every other request is in `spent` at its
+    /// attempts' billed costs plus the worst case of each that may have been billed.
+    ///
+    /// Read through the attempts' start-time index (every attempt of a request received
+    /// in the window starts at or after the window's start), so it costs a scan of the
+    /// window's attempts up to now, once per new window.
+    pub(super) fn seed(&mut self, tx: &Connection, key: &WindowKey) -> Result<Seed, LedgerError> {
+        let (seed, adopted) = count_window(tx, key)?;
+        for a in adopted {
+            tx.prepare_cached(
+                "UPDATE requests SET reserved_in = ?2, reserved_amount = ?3 WHERE id = ?1",
+            )?
+            .execute(params![a.id, a.reserved_in, a.held.to_string()])?;
+            // Its copy in memory no longer names all it holds: read it again.
+            self.held.remove(&a.id);
+        }
+        Ok(seed)
+    }
+}
+
+/// A request `count_window` makes a holder of the window: its new `reserved_in` and
+/// what it holds.
+pub(super) struct Adopted {
+    id: String,
+    reserved_in: String,
+    held: Money,
+}
+
+/// The counting of `Books::seed`, without writing: what the window starts from, and
+/// the requests that become its holders. Read alone, it is what the window would
+/// start from if it were created now (the budgets page of a window not created yet).
+pub(super) fn count_window(
+    tx: &Connection,
+    key: &WindowKey,
+) -> Result<(Seed, Vec<Adopted>), LedgerError> {
     let (from_ms, to_ms) = window_ms(key)?;
     // The window's date: every stored `started_at` in it sorts at or after it as text.
     let day = key.start.get(..10).unwrap_or(&key.start);
-    let mut st = tx.prepare_cached(
-        "SELECT r.id, r.outcome = 'in_flight', COALESCE(r.reserved_amount, r.worst_case),
-                CASE a.billing WHEN 'billed' THEN a.cost WHEN 'maybe_billed' THEN a.worst_case ELSE '0' END
-         FROM attempts a CROSS JOIN requests r
-         WHERE a.started_at >= ?1 AND r.id = a.request_id AND r.policy = ?2
-           AND r.received_ms >= ?3 AND r.received_ms < ?4
-           AND NOT (r.outcome = 'in_flight' AND instr(' ' || COALESCE(r.reserved_in, ''), ' ' || ?5 || '@') > 0)",
-    )?;
-    let mut rows = st.query(params![
-        day,
-        key.policy,
-        from_ms,
-        to_ms,
-        key.period.as_str()
-    ])?;
-    // Per request: (in flight, what it holds, its attempts' charges).
-    let mut per: HashMap<String, (bool, Money, Money)> = HashMap::new();
-    while let Some(r) = rows.next()? {
-        let id: String = r.get(0)?;
-        let in_flight: bool = r.get(1)?;
-        let held = money_col(r.get(2)?)?;
-        let charge = money_col(r.get(3)?)?;
-        let e = per.entry(id).or_insert((in_flight, held, Money::ZERO));
-        e.2 = e.2 + charge;
+    let token = format!("{}@{}", key.period.as_str(), key.start);
+    let mut per: HashMap<String, Open> = HashMap::new();
+    {
+        let mut st = tx.prepare_cached(
+                "SELECT r.id, r.outcome, r.reserved_in, COALESCE(r.reserved_amount, r.worst_case),
+                        CASE a.billing WHEN 'billed' THEN a.cost WHEN 'maybe_billed' THEN a.worst_case ELSE '0' END,
+                        a.state = 'interrupted' AND a.billing = 'maybe_billed'
+                 FROM attempts a CROSS JOIN requests r
+                 WHERE a.started_at >= ?1 AND r.id = a.request_id AND r.policy = ?2
+                   AND r.received_ms >= ?3 AND r.received_ms < ?4",
+            )?;
+        let mut rows = st.query(params![day, key.policy, from_ms, to_ms])?;
+        while let Some(r) = rows.next()? {
+            let id: String = r.get(0)?;
+            let charge = money_col(r.get(4)?)?;
+            let open: bool = r.get(5)?;
+            let e = match per.entry(id) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let outcome: String = r.get(1)?;
+                    let reserved_in: Option<String> = r.get(2)?;
+                    v.insert(Open {
+                        in_flight: outcome == "in_flight",
+                        interrupted: outcome == "interrupted",
+                        holds_this: reserved_in
+                            .as_deref()
+                            .is_some_and(|s| s.split(' ').any(|w| w == token)),
+                        reserved_in,
+                        held: money_col(r.get(3)?)?,
+                        charged: Money::ZERO,
+                        open_attempt: false,
+                    })
+                }
+            };
+            e.charged = e.charged + charge;
+            e.open_attempt |= open;
+        }
     }
-    Ok(per
-        .into_values()
-        .fold(Money::ZERO, |sum, (in_flight, held, charged)| {
-            sum + if in_flight {
-                charged.max(held)
+    let mut seed = Seed {
+        spent: Money::ZERO,
+        reserved: Money::ZERO,
+    };
+    let mut adopted = Vec::new();
+    for (id, r) in per {
+        // Interrupted and unsettled: it still holds (moved to spent), or an
+        // operator may yet settle an attempt of it.
+        let unsettled = r.interrupted && (r.reserved_in.is_some() || r.open_attempt);
+        if !r.holds_this && (r.in_flight || unsettled) {
+            // One holding amount per request, across all its windows; a request
+            // that holds none yet holds, once interrupted, what it was charged
+            // (as `Op::Interrupt` leaves it).
+            let held = match (&r.reserved_in, r.in_flight) {
+                (None, false) => r.charged,
+                _ => r.held,
+            };
+            let reserved_in = match &r.reserved_in {
+                Some(s) => format!("{s} {token}"),
+                None => token.clone(),
+            };
+            if r.in_flight {
+                seed.reserved = seed.reserved + held;
             } else {
-                charged
+                seed.spent = seed.spent + held;
             }
-        }))
+            adopted.push(Adopted {
+                id,
+                reserved_in,
+                held,
+            });
+            continue;
+        }
+        seed.spent = seed.spent
+            + match (r.holds_this, r.in_flight, r.interrupted) {
+                // In `reserved` already; its settlement moves its charge to spent.
+                (true, true, _) => Money::ZERO,
+                // Moved to spent by recovery or an interrupt, at what it holds.
+                (true, false, true) => r.held,
+                (true, false, false) | (false, _, _) => r.charged,
+            };
+    }
+    Ok((seed, adopted))
+}
+
+/// What a window starts from: see `Books::seed`.
+pub(super) struct Seed {
+    pub(super) spent: Money,
+    /// What the requests made its holders while in flight hold.
+    pub(super) reserved: Money,
+}
+
+/// One request received in a window being seeded.
+struct Open {
+    in_flight: bool,
+    interrupted: bool,
+    /// Its `reserved_in` names this window.
+    holds_this: bool,
+    reserved_in: Option<String>,
+    /// What it holds in each window it names (its topped-up reservation, else its
+    /// worst case).
+    held: Money,
+    /// Its attempts' billed costs plus the worst case of each maybe-billed one.
+    charged: Money,
+    /// An attempt of it is interrupted and not yet settled.
+    open_attempt: bool,
 }
 
 /// The window's bounds in Unix milliseconds, `[from, to)`.

@@ -403,19 +403,29 @@ fn top_up(
     }
     let held_keys: Vec<WindowKey> = held.as_ref().map_or_else(Vec::new, |h| h.windows.clone());
     // Budgets the running plan has that the request holds nothing in (added since its
-    // admission): their window counts the request at what it held when it was created
-    // from the ledger, so the extra is charged there as spent (the request never
-    // settles into it) and spent still covers all the request can cost.
+    // admission): their window is created, or counted again, from the ledger, which
+    // makes the request one of its holders (`Books::seed`), so it is raised there like
+    // in every other window it holds and settles into it.
     let unheld = unheld_windows(tx, request_id, &held_keys, limits)?;
-    let limit_of = |key: &WindowKey| {
-        limits
-            .iter()
-            .find(|b| b.period == key.period)
-            .map(|b| b.limit)
+    let held = if unheld.is_empty() {
+        held
+    } else {
+        for key in &unheld {
+            books.reseed(tx, key)?;
+            let w = books.window(tx, key)?;
+            if w.limit.is_none() {
+                w.limit = limit_of_period(limits, key.period);
+                w.dirty = true;
+            }
+        }
+        books.held.remove(request_id);
+        holding(tx, request_id)?
     };
+    let held_keys: Vec<WindowKey> = held.as_ref().map_or_else(Vec::new, |h| h.windows.clone());
+    let limit_of = |key: &WindowKey| limit_of_period(limits, key.period);
     // Check every window first: a refusal must leave all of them as they were.
     let mut refusal = None;
-    for key in held_keys.iter().chain(&unheld) {
+    for key in &held_keys {
         let Some(limit) = limit_of(key) else {
             continue;
         };
@@ -441,14 +451,9 @@ fn top_up(
         restore(books, held);
         return Err(e);
     }
-    for key in &unheld {
-        let w = books.window(tx, key)?;
-        w.spent = w.spent + extra;
-        w.dirty = true;
-    }
     let Some(mut h) = held else {
         // Held in no window: what it may now cost is still recorded, so a window the
-        // ledger seeds while it is in flight counts it (as PostgreSQL's top-up does).
+        // ledger seeds while it is in flight holds that (as PostgreSQL's top-up does).
         tx.prepare_cached(
             "UPDATE requests SET reserved_amount = ?2 WHERE id = ?1 AND outcome = 'in_flight'",
         )?
@@ -563,8 +568,9 @@ fn interrupt(
     Ok(())
 }
 
-/// Count again what the current window of each re-added budget has spent (see
-/// `Op::ReseedWindows`); a window that does not exist yet is seeded when created.
+/// Count again the current window of each re-added budget (see
+/// `Op::ReseedWindows` and `Books::seed`); a window that does not exist yet is seeded
+/// when created.
 fn reseed_windows(
     tx: &Connection,
     books: &mut Books,
@@ -577,18 +583,14 @@ fn reseed_windows(
             period: *period,
             start: window_start(*period, at),
         };
-        let exists = tx
-            .prepare_cached("SELECT 1 FROM budget_windows WHERE policy = ?1 AND period = ?2 AND window_start = ?3")?
-            .exists(params![key.policy, key.period.as_str(), key.start])?;
-        if !exists && !books.windows.contains_key(&key) {
-            continue;
-        }
-        let spent = super::books::charged_in_window(tx, &key)?;
-        let w = books.window(tx, &key)?;
-        w.spent = spent;
-        w.dirty = true;
+        books.reseed(tx, &key)?;
     }
     Ok(())
+}
+
+/// The running plan's limit for `period`.
+fn limit_of_period(limits: &[BudgetLimit], period: Period) -> Option<Money> {
+    limits.iter().find(|b| b.period == period).map(|b| b.limit)
 }
 
 /// What a request holds as stored: its topped-up reservation, else its worst case.
