@@ -12,6 +12,7 @@ mod handle;
 mod op;
 pub mod postgres;
 pub mod read;
+pub mod recorded;
 pub mod sqlite;
 mod target;
 

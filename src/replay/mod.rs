@@ -1,0 +1,473 @@
+//! What-if replay: recorded requests run through another plan's key lookup, model
+//! allowance, selection and ceiling proof, and its budgets, with no call made. Pure:
+//! it is fed `Recorded` requests one at a time (`Replay::push`) in the order the
+//! ledger admitted them and keeps only counters and the current budget window of each
+//! (policy, period), so a million requests replay in constant memory.
+//!
+//! It reuses the gateway's decisions (`selection::select`, `Policy::needs_proof`,
+//! `Destination::cost`) and re-implements none; what the recorded shape cannot tell
+//! (a media part's kind, a field no bound counts, an input never bounded) is counted
+//! as refused or unknown, never guessed.
+
+mod render;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+pub use render::{markdown, text};
+
+use crate::ledger::Shape;
+use crate::ledger::recorded::{Recorded, Sent};
+use crate::money::Money;
+use crate::policy::plan::{Destination, Plan, Policy};
+use crate::selection::{self, Refusal, Selected, TierAsk, TokenBounds, Unbounded};
+
+/// What the new plan does with one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Sent to `primary`; `clamped` when `on_exceed: clamp` lowered its output cap.
+    Routed {
+        primary: Box<Destination>,
+        worst_case: Money,
+        output: u64,
+        clamped: bool,
+    },
+    /// Refused with this code, as the gateway would answer it.
+    Refused(Code),
+    /// Admitted by the new plan, but the recorded shape has no input bound (it never
+    /// reached selection before): its destination and cost are not guessed.
+    Unknown,
+}
+
+/// The gateway's refusal codes a replay can reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    Unauthorized,
+    ModelNotAllowed,
+    InvalidRequest,
+    NoDestination,
+    CeilingExceeded,
+    BudgetExhausted,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Unauthorized => "unauthorized",
+            Code::ModelNotAllowed => "model_not_allowed",
+            Code::InvalidRequest => "invalid_request",
+            Code::NoDestination => "no_destination",
+            Code::CeilingExceeded => "ceiling_exceeded",
+            Code::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+/// Requests that now go elsewhere: from → to, with their jurisdictions.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Move {
+    /// `provider/upstream_model`, or `refused: <code>` for a request refused before.
+    pub from: String,
+    pub from_jurisdiction: Option<String>,
+    pub to: String,
+    pub to_jurisdiction: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moved {
+    #[serde(flatten)]
+    pub route: Move,
+    pub requests: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    pub code: Code,
+    pub requests: u64,
+}
+
+/// Money before and after, billed apart from what is charged at worst case.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Spend {
+    /// Billed from the vendors' usage, as recorded.
+    pub billed_before: Money,
+    /// The same tokens at the new destination's prices (zero where the new plan
+    /// refuses the request).
+    pub billed_after: Money,
+    /// `billed_after - billed_before`, exact.
+    pub delta: Money,
+    /// Charged at worst case (usage missing, or maybe billed), as recorded.
+    pub worst_case_before: Money,
+    /// The new destination's worst case for those requests, and for requests the new
+    /// plan admits that never reached a vendor before (what they would hold).
+    pub worst_case_after: Money,
+}
+
+/// A window in which a budget of the new plan ran out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Exhausted {
+    pub window_start: String,
+    /// When the first request was refused in it.
+    pub ran_out_at: String,
+    /// Requests refused in it.
+    pub refused: u64,
+    /// What the window had been charged when it ran out.
+    pub charged: Money,
+}
+
+/// One budget of the new plan over the replayed span.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BudgetRun {
+    pub policy: String,
+    pub period: &'static str,
+    pub limit: Money,
+    pub windows: u64,
+    pub exhausted: Vec<Exhausted>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub plan_id: String,
+    pub currency: String,
+    /// Requests read from the ledger.
+    pub read: u64,
+    /// Rows without a shape (written before the ledger recorded it): skipped.
+    pub skipped_no_shape: u64,
+    /// Sent to the same destination as before.
+    pub same_destination: u64,
+    /// Refused before and now, with the same code.
+    pub still_refused: u64,
+    /// Sent elsewhere (including requests refused before and admitted now), most
+    /// requests first.
+    pub moved: Vec<Moved>,
+    /// Newly refused, by code (served before, or refused with another code).
+    pub refused: Vec<Refused>,
+    /// Admitted, with an output cap lowered to fit the ceiling other than before.
+    pub clamped: u64,
+    /// Admitted now, but the recorded shape has no input bound: not guessed.
+    pub unknown: u64,
+    pub spend: Spend,
+    pub budgets: Vec<BudgetRun>,
+}
+
+impl Report {
+    /// Requests whose fate changes: moved, newly refused, newly clamped, unknown.
+    pub fn changes(&self) -> u64 {
+        self.moved.iter().map(|m| m.requests).sum::<u64>()
+            + self.refused.iter().map(|r| r.requests).sum::<u64>()
+            + self.clamped
+            + self.unknown
+    }
+}
+
+/// The running window of one budget.
+struct Window {
+    policy: String,
+    budget: crate::policy::plan::Budget,
+    start: Option<String>,
+    charged: Money,
+    windows: u64,
+    exhausted: Vec<Exhausted>,
+}
+
+/// A replay in progress.
+pub struct Replay<'p> {
+    plan: &'p Plan,
+    /// Client id → the policies that list it (a key is not recorded, its client is).
+    clients: HashMap<String, Vec<&'p Policy>>,
+    windows: Vec<Window>,
+    moved: HashMap<Move, u64>,
+    refused: BTreeMap<Code, u64>,
+    report: Report,
+}
+
+impl<'p> Replay<'p> {
+    pub fn new(plan: &'p Plan) -> Replay<'p> {
+        let mut clients: HashMap<String, Vec<&Policy>> = HashMap::new();
+        let mut windows = Vec::new();
+        for p in plan.policies() {
+            for c in &p.clients {
+                clients.entry(c.id.to_string()).or_default().push(p);
+            }
+            for b in &p.budgets {
+                windows.push(Window {
+                    policy: p.id.to_string(),
+                    budget: *b,
+                    start: None,
+                    charged: Money::ZERO,
+                    windows: 0,
+                    exhausted: Vec::new(),
+                });
+            }
+        }
+        Replay {
+            plan,
+            clients,
+            windows,
+            moved: HashMap::new(),
+            refused: BTreeMap::new(),
+            report: Report {
+                plan_id: plan.id().to_string(),
+                currency: plan.currency().to_string(),
+                ..Report::default()
+            },
+        }
+    }
+
+    /// Replay one request (in ledger order: budgets are counted as they go).
+    pub fn push(&mut self, r: &Recorded) {
+        self.report.read += 1;
+        let Some(shape) = r.shape else {
+            self.report.skipped_no_shape += 1;
+            return;
+        };
+        let (policy, verdict) = match self.policy_of(r) {
+            None => (None, Verdict::Refused(Code::Unauthorized)),
+            Some(p) => (Some(p), decide(p, &r.model, &shape, r.primary.as_ref())),
+        };
+        let verdict = match (policy, verdict) {
+            (
+                Some(p),
+                Verdict::Routed {
+                    primary,
+                    worst_case,
+                    output,
+                    clamped,
+                },
+            ) => {
+                let charge = charge_of(r, &primary, worst_case);
+                if self.admit(p, r, worst_case, charge) {
+                    Verdict::Routed {
+                        primary,
+                        worst_case,
+                        output,
+                        clamped,
+                    }
+                } else {
+                    Verdict::Refused(Code::BudgetExhausted)
+                }
+            }
+            (_, v) => v,
+        };
+        self.count(r, &shape, &verdict);
+    }
+
+    /// The new plan's policy for the request's client: its recorded policy if that
+    /// still lists the client, else the one policy that does.
+    fn policy_of(&self, r: &Recorded) -> Option<&'p Policy> {
+        let listed = self.clients.get(&r.client)?;
+        listed
+            .iter()
+            .find(|p| p.id.as_str() == r.policy)
+            .or_else(|| listed.first())
+            .copied()
+    }
+
+    /// Admission against the new plan's budgets of `p`: false (nothing charged) when
+    /// any window has no room for `worst_case`, as the ledger refuses it.
+    fn admit(&mut self, p: &Policy, r: &Recorded, worst_case: Money, charge: Money) -> bool {
+        let mine = |w: &Window| w.policy == p.id.as_str();
+        let mut fits = true;
+        for w in self.windows.iter_mut().filter(|w| mine(w)) {
+            let start = crate::ledger::window_start(w.budget.period, r.received_at);
+            if w.start.as_deref() != Some(start.as_str()) {
+                w.start = Some(start);
+                w.charged = Money::ZERO;
+                w.windows += 1;
+            }
+            if w.charged + worst_case > w.budget.limit {
+                fits = false;
+            }
+        }
+        for w in self.windows.iter_mut().filter(|w| mine(w)) {
+            if fits {
+                w.charged = w.charged + charge;
+                continue;
+            }
+            if w.charged + worst_case <= w.budget.limit {
+                continue;
+            }
+            let start = w.start.clone().unwrap_or_default();
+            match w.exhausted.last_mut() {
+                Some(e) if e.window_start == start => e.refused += 1,
+                Some(_) | None => w.exhausted.push(Exhausted {
+                    window_start: start,
+                    ran_out_at: crate::ledger::rfc3339(r.received_at),
+                    refused: 1,
+                    charged: w.charged,
+                }),
+            }
+        }
+        fits
+    }
+
+    fn count(&mut self, r: &Recorded, shape: &Shape, verdict: &Verdict) {
+        let report = &mut self.report;
+        report.spend.billed_before = report.spend.billed_before + r.billed;
+        report.spend.worst_case_before = report.spend.worst_case_before + r.worst_case;
+        let before_code = || r.error_code.clone().unwrap_or_else(|| r.outcome.clone());
+        match verdict {
+            Verdict::Routed {
+                primary,
+                worst_case,
+                output,
+                clamped,
+            } => {
+                let after = primary.cost(r.input_tokens, r.output_tokens);
+                report.spend.billed_after = report.spend.billed_after + after;
+                if r.worst_case.is_positive() || r.primary.is_none() {
+                    report.spend.worst_case_after = report.spend.worst_case_after + *worst_case;
+                }
+                if *clamped && shape.output_bound != Some(*output) {
+                    report.clamped += 1;
+                }
+                let same = r.primary.as_ref().is_some_and(|s| {
+                    s.provider == primary.provider.as_str()
+                        && s.upstream_model == primary.upstream_model
+                });
+                if same {
+                    report.same_destination += 1;
+                } else {
+                    let m = Move {
+                        from: r.primary.as_ref().map_or_else(
+                            || format!("refused: {}", before_code()),
+                            |s| format!("{}/{}", s.provider, s.upstream_model),
+                        ),
+                        from_jurisdiction: r.primary.as_ref().map(|s| s.jurisdiction.clone()),
+                        to: format!("{}/{}", primary.provider, primary.upstream_model),
+                        to_jurisdiction: primary.jurisdiction.to_string(),
+                    };
+                    *self.moved.entry(m).or_default() += 1;
+                }
+            }
+            Verdict::Refused(code) => {
+                let was = r.primary.is_none() && before_code() == code.as_str();
+                if was {
+                    report.still_refused += 1;
+                } else {
+                    *self.refused.entry(*code).or_default() += 1;
+                }
+            }
+            Verdict::Unknown => report.unknown += 1,
+        }
+    }
+
+    pub fn finish(self) -> Report {
+        let mut report = self.report;
+        report.spend.delta = report.spend.billed_after - report.spend.billed_before;
+        let mut moved: Vec<Moved> = self
+            .moved
+            .into_iter()
+            .map(|(route, requests)| Moved { route, requests })
+            .collect();
+        moved.sort_by(|a, b| {
+            b.requests
+                .cmp(&a.requests)
+                .then_with(|| a.route.cmp(&b.route))
+        });
+        report.moved = moved;
+        report.refused = self
+            .refused
+            .into_iter()
+            .map(|(code, requests)| Refused { code, requests })
+            .collect();
+        report.budgets = self
+            .windows
+            .into_iter()
+            .map(|w| BudgetRun {
+                policy: w.policy,
+                period: w.budget.period.as_str(),
+                limit: w.budget.limit,
+                windows: w.windows,
+                exhausted: w.exhausted,
+            })
+            .collect();
+        let _ = self.plan;
+        report
+    }
+}
+
+/// What the budgets are charged for a request the new plan admits: its recorded
+/// tokens at the new destination's prices, and its worst case where it was charged at
+/// worst case before or never reached a vendor (what it would hold).
+fn charge_of(r: &Recorded, primary: &Destination, worst_case: Money) -> Money {
+    let billed = primary.cost(r.input_tokens, r.output_tokens);
+    if r.worst_case.is_positive() || r.primary.is_none() {
+        billed + worst_case
+    } else {
+        billed
+    }
+}
+
+/// The new plan's model allowance, selection and ceiling proof for a recorded shape,
+/// every circuit closed (no call is made, so none opens). `before` is where the
+/// request went: its recorded input bound was proved there.
+pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>) -> Verdict {
+    let Some(route) = policy.routes.get(model) else {
+        return Verdict::Refused(Code::ModelNotAllowed);
+    };
+    let strict = policy.needs_proof();
+    // A field no bound counts was admitted only where no proof was needed: the shape
+    // does not say which, so a policy that needs a proof refuses it, as the gateway would.
+    if strict && shape.unbounded {
+        return Verdict::Refused(Code::InvalidRequest);
+    }
+    if route.is_empty() {
+        return Verdict::Refused(Code::NoDestination);
+    }
+    let Some(input) = shape.input_tokens else {
+        // Never bounded before (refused before selection proved anything): under a
+        // proof it cannot be bounded from the shape; elsewhere it is not guessed.
+        return if strict {
+            Verdict::Refused(Code::InvalidRequest)
+        } else {
+            Verdict::Unknown
+        };
+    };
+    let went_there = |d: &Destination| {
+        before.is_some_and(|s| {
+            s.provider == d.provider.as_str() && s.upstream_model == d.upstream_model
+        })
+    };
+    let output = shape.requested_output.unwrap_or(policy.max_output_tokens);
+    let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
+        // The shape records that media was sent, not its kinds: under a proof, only the
+        // destination that bounded it before, or one that declares a bound for every
+        // kind, can bound it.
+        if strict && shape.media && !went_there(d) && d.terms.media_tokens.bound(None).is_none()
+        {
+            return Err(Unbounded {
+                param: "messages".into(),
+                what: "a media part recorded without its kind, and the destination does not declare every kind in `media_tokens`".into(),
+            });
+        }
+        Ok(TokenBounds {
+            input,
+            output,
+            reasoning: d.reasoning_budget().unwrap_or(0),
+            choices: shape.choices.max(1),
+            // The service tier asked for is not in the shape: as for a request that
+            // names none, any tier the model declares may be served.
+            tier: TierAsk::VendorPicks,
+        })
+    };
+    match selection::select(route, &policy.ceiling, bounds_of, |_| false) {
+        Ok(Selected {
+            primary,
+            worst_case,
+            bounds,
+            clamped_from,
+            ..
+        }) => Verdict::Routed {
+            primary: Box::new(primary),
+            worst_case,
+            output: bounds.output,
+            clamped: clamped_from.is_some(),
+        },
+        Err(Refusal::NoDestination) => Verdict::Refused(Code::NoDestination),
+        Err(Refusal::Unbounded(_)) => Verdict::Refused(Code::InvalidRequest),
+        Err(Refusal::DoesNotFit { .. }) => Verdict::Refused(Code::CeilingExceeded),
+    }
+}
