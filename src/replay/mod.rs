@@ -436,8 +436,7 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
         // The shape records that media was sent, not its kinds: under a proof, only the
         // destination that bounded it before, or one that declares a bound for every
         // kind, can bound it.
-        if strict && shape.media && !went_there(d) && d.terms.media_tokens.bound(None).is_none()
-        {
+        if strict && shape.media && !went_there(d) && d.terms.media_tokens.bound(None).is_none() {
             return Err(Unbounded {
                 param: "messages".into(),
                 what: "a media part recorded without its kind, and the destination does not declare every kind in `media_tokens`".into(),
@@ -470,4 +469,21 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
         Err(Refusal::Unbounded(_)) => Verdict::Refused(Code::InvalidRequest),
         Err(Refusal::DoesNotFit { .. }) => Verdict::Refused(Code::CeilingExceeded),
     }
+}
+
+/// Replay every recorded request of `span` in `ledger` through `plan`, batch by batch
+/// as the ledger yields them.
+pub async fn over(
+    ledger: &crate::ledger::Ledger,
+    plan: &Plan,
+    span: crate::ledger::recorded::Span,
+) -> Result<Report, crate::ledger::LedgerError> {
+    let mut batches = ledger.recorded(span);
+    let mut replay = Replay::new(plan);
+    while let Some(batch) = batches.recv().await {
+        for r in &batch? {
+            replay.push(r);
+        }
+    }
+    Ok(replay.finish())
 }

@@ -42,7 +42,10 @@ pub fn text(r: &Report) -> String {
             "  another destination: {} → {} (jurisdiction {}): {}",
             m.route.from,
             m.route.to,
-            jurisdiction_change(m.route.from_jurisdiction.as_deref(), &m.route.to_jurisdiction),
+            jurisdiction_change(
+                m.route.from_jurisdiction.as_deref(),
+                &m.route.to_jurisdiction
+            ),
             m.requests
         );
     }
@@ -165,7 +168,11 @@ pub fn markdown(r: &Report) -> String {
         sp.worst_case_before.for_people(c),
         sp.worst_case_after.for_people(c)
     );
-    let runs: Vec<_> = r.budgets.iter().filter(|b| !b.exhausted.is_empty()).collect();
+    let runs: Vec<_> = r
+        .budgets
+        .iter()
+        .filter(|b| !b.exhausted.is_empty())
+        .collect();
     if !runs.is_empty() {
         let _ = writeln!(
             s,

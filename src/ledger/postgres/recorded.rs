@@ -57,7 +57,10 @@ pub async fn send(
         shape = shape_columns(has_shape, true),
     );
     let rows = c
-        .query_raw(&sql, params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)))
+        .query_raw(
+            &sql,
+            params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)),
+        )
         .await?;
     pin_mut!(rows);
     let mut folder = Folder::default();

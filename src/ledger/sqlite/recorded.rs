@@ -61,9 +61,8 @@ pub fn each(
 
 fn flat(r: &Row<'_>) -> Result<Flat, LedgerError> {
     let ms: i64 = r.get(1)?;
-    let received_at =
-        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-            .map_err(|e| LedgerError::Corrupt(format!("received_ms {ms}: {e}")))?;
+    let received_at = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .map_err(|e| LedgerError::Corrupt(format!("received_ms {ms}: {e}")))?;
     let request = Recorded {
         id: r.get(0)?,
         received_at,
