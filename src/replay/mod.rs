@@ -65,9 +65,23 @@ impl Code {
     }
 }
 
+/// A move as the replay counts it (destinations apart, so none is formatted per
+/// request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Move {
+    from_provider: Option<String>,
+    from_model: Option<String>,
+    from_jurisdiction: Option<String>,
+    /// The code it was refused with before, when it reached no vendor.
+    from_code: Option<String>,
+    to_provider: String,
+    to_model: String,
+    to_jurisdiction: String,
+}
+
 /// Requests that now go elsewhere: from → to, with their jurisdictions.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Move {
+pub struct Route {
     /// `provider/upstream_model`, or `refused: <code>` for a request refused before.
     pub from: String,
     pub from_jurisdiction: Option<String>,
@@ -75,10 +89,24 @@ pub struct Move {
     pub to_jurisdiction: String,
 }
 
+impl From<Move> for Route {
+    fn from(m: Move) -> Route {
+        Route {
+            from: match (m.from_provider, m.from_model, m.from_code) {
+                (Some(p), Some(model), _) => format!("{p}/{model}"),
+                (_, _, code) => format!("refused: {}", code.unwrap_or_default()),
+            },
+            from_jurisdiction: m.from_jurisdiction,
+            to: format!("{}/{}", m.to_provider, m.to_model),
+            to_jurisdiction: m.to_jurisdiction,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Moved {
     #[serde(flatten)]
-    pub route: Move,
+    pub route: Route,
     pub requests: u64,
 }
 
@@ -178,7 +206,7 @@ pub struct Replay<'p> {
     /// Client id → the policies that list it (a key is not recorded, its client is).
     clients: HashMap<String, Vec<&'p Policy>>,
     windows: Vec<Window>,
-    moved: HashMap<Move, u64>,
+    moved: Vec<(Move, u64)>,
     refused: BTreeMap<Code, u64>,
     report: Report,
 }
@@ -206,7 +234,7 @@ impl<'p> Replay<'p> {
             plan,
             clients,
             windows,
-            moved: HashMap::new(),
+            moved: Vec::new(),
             refused: BTreeMap::new(),
             report: Report {
                 plan_id: plan.id().to_string(),
@@ -330,20 +358,43 @@ impl<'p> Replay<'p> {
                 if same {
                     report.same_destination += 1;
                 } else {
-                    let m = Move {
-                        from: r.primary.as_ref().map_or_else(
-                            || format!("refused: {}", before_code()),
-                            |s| format!("{}/{}", s.provider, s.upstream_model),
-                        ),
-                        from_jurisdiction: r.primary.as_ref().map(|s| s.jurisdiction.clone()),
-                        to: format!("{}/{}", primary.provider, primary.upstream_model),
-                        to_jurisdiction: primary.jurisdiction.to_string(),
+                    // Few distinct moves: found by comparing in place, allocated once.
+                    let from_code = r.primary.is_none().then(before_code);
+                    let is = |m: &Move| {
+                        m.to_provider == primary.provider.as_str()
+                            && m.to_model == primary.upstream_model
+                            && match (&r.primary, &from_code) {
+                                (Some(s), _) => {
+                                    m.from_provider.as_deref() == Some(s.provider.as_str())
+                                        && m.from_model.as_deref()
+                                            == Some(s.upstream_model.as_str())
+                                }
+                                (None, code) => m.from_provider.is_none() && m.from_code == *code,
+                            }
                     };
-                    *self.moved.entry(m).or_default() += 1;
+                    match self.moved.iter_mut().find(|(m, _)| is(m)) {
+                        Some((_, n)) => *n += 1,
+                        None => self.moved.push((
+                            Move {
+                                from_provider: r.primary.as_ref().map(|s| s.provider.clone()),
+                                from_model: r.primary.as_ref().map(|s| s.upstream_model.clone()),
+                                from_jurisdiction: r
+                                    .primary
+                                    .as_ref()
+                                    .map(|s| s.jurisdiction.clone()),
+                                from_code,
+                                to_provider: primary.provider.to_string(),
+                                to_model: primary.upstream_model.clone(),
+                                to_jurisdiction: primary.jurisdiction.to_string(),
+                            },
+                            1,
+                        )),
+                    }
                 }
             }
             Verdict::Refused(code) => {
-                let was = r.primary.is_none() && before_code() == code.as_str();
+                let was = r.primary.is_none()
+                    && r.error_code.as_deref().unwrap_or(&r.outcome) == code.as_str();
                 if was {
                     report.still_refused += 1;
                 } else {
@@ -360,7 +411,10 @@ impl<'p> Replay<'p> {
         let mut moved: Vec<Moved> = self
             .moved
             .into_iter()
-            .map(|(route, requests)| Moved { route, requests })
+            .map(|(m, requests)| Moved {
+                route: m.into(),
+                requests,
+            })
             .collect();
         moved.sort_by(|a, b| {
             b.requests
