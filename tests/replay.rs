@@ -153,6 +153,18 @@ async fn lowered_ceiling(e: Engine) {
     assert_eq!(r.changes(), 2);
     assert_eq!(r.spend.billed_after, money("0.000112"));
     assert_eq!(r.spend.delta, money("-0.000056"));
+    // The same ceiling with `on_exceed: clamp`: the two are admitted with their output
+    // cap lowered to fit (at us1: (0.001 - 326 × 1/M) / (2/M) = 337 tokens), and
+    // their recorded tokens cost what they cost.
+    let [us, eu] = providers(&g.vendors);
+    let clamp =
+        policy("0.001", "eu, us", "0.004").replace("mode: hard", "mode: hard, on_exceed: clamp");
+    let r = replay(&g, vec![us, eu, clamp]).await;
+    assert_eq!(r.clamped, 2, "{r:#?}");
+    assert!(r.refused.is_empty());
+    assert_eq!(r.same_destination, 6);
+    assert_eq!(r.changes(), 2);
+    assert_eq!(r.spend.delta, Money::ZERO);
 }
 
 /// The cheaper vendor removed: every served request goes to `eu1`, from the US to the
@@ -239,6 +251,48 @@ async fn halved_day_budget(e: Engine) {
         .await;
     assert_eq!(x.ran_out_at[..19], fifth[0][..19], "{x:#?}");
     assert!(x.ran_out_at.starts_with(&x.window_start[..10]), "{x:#?}");
+}
+
+/// An answer without usage is charged at its worst case: the replay shows it apart
+/// from what was billed, before (as recorded) and after (the new destination's worst
+/// case), and never adds it to the billed delta.
+async fn worst_case_charges_are_shown_apart(e: Engine) {
+    let Some(g) = record(e, "replay_worst").await else {
+        return;
+    };
+    g.vendors
+        .script("us1", vec![common::vendors::Script::NoUsage]);
+    let r = reqwest::Client::new()
+        .post(g.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    quiesce_on(&g.ledger_db, 10).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &PROVIDERS).await;
+    let dir = tempfile::tempdir().unwrap();
+    let [_, eu] = providers(&g.vendors);
+    let set = [
+        "kind: gateway\ncurrency: USD\n".to_string(),
+        eu,
+        policy("0.01", "eu, us", "0.004"),
+    ];
+    std::fs::write(dir.path().join("set.yaml"), set.join("---\n")).unwrap();
+    let plan = purser::policy::compile_dir(dir.path()).unwrap();
+    let ledger = Ledger::open_reader(&g.ledger_db.target()).await.unwrap();
+    let r = purser::replay::over(&ledger, &plan, Span::default())
+        .await
+        .unwrap();
+    assert_eq!(r.read, 8);
+    assert_eq!(r.moved[0].requests, 7, "{r:#?}");
+    // Billed: the six answers with usage, before and at eu1.
+    assert_eq!(r.spend.billed_before, money("0.000168"));
+    assert_eq!(r.spend.delta, money("0.000084"));
+    // At worst case: 288 × 1/M + 100 × 2/M at us1, then 288 × 1.5/M + 100 × 3/M at eu1.
+    assert_eq!(r.spend.worst_case_before, money("0.000488"), "{r:#?}");
+    assert_eq!(r.spend.worst_case_after, money("0.000732"));
 }
 
 /// Run `sql` on the ledger as its owner would (the test's own write connection).
@@ -330,6 +384,7 @@ on_both_engines!(
     jurisdiction_narrowed_to_eu,
     halved_day_budget,
     older_rows_are_skipped,
+    worst_case_charges_are_shown_apart,
 );
 
 /// The shape the gateway records: what selection and the proof used.
