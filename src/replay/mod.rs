@@ -541,3 +541,166 @@ pub async fn over(
     }
     Ok(replay.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+    use super::*;
+    use crate::ledger::recorded::{Flat, FlatAttempt, Folder};
+
+    /// A plan of one policy `p` (client `c`) over two vendors: `a` in the US (declares
+    /// no media bound) and `b` in the EU (declares every kind).
+    fn plan(policy_extra: &str) -> Plan {
+        let dir = tempfile::tempdir().unwrap();
+        let set = format!(
+            "kind: gateway\ncurrency: USD\n---\nkind: provider\nid: a\napi: openai\nbase_url: http://127.0.0.1:9/a\njurisdiction: us\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"1\"\n    output_per_mtok: \"2\"\n---\nkind: provider\nid: b\napi: openai\nbase_url: http://127.0.0.1:9/b\njurisdiction: eu\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"3\"\n    output_per_mtok: \"6\"\n    media_tokens: {{ image: 1000, audio: 1000, video: 1000, file: 1000 }}\n---\nkind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [eu, us]\nmax_output_tokens: 100\n{policy_extra}\n",
+            "0".repeat(64)
+        );
+        std::fs::write(dir.path().join("set.yaml"), set).unwrap();
+        crate::policy::compile_dir(dir.path()).unwrap()
+    }
+
+    fn shape() -> Shape {
+        Shape {
+            input_tokens: Some(1000),
+            requested_output: None,
+            output_bound: Some(100),
+            choices: 1,
+            stream: false,
+            tools: false,
+            media: false,
+            unbounded: false,
+        }
+    }
+
+    fn sent(p: &str) -> Sent {
+        Sent {
+            provider: p.into(),
+            upstream_model: "m".into(),
+            jurisdiction: "us".into(),
+        }
+    }
+
+    fn to(v: &Verdict) -> &str {
+        match v {
+            Verdict::Routed { primary, .. } => primary.provider.as_str(),
+            Verdict::Refused(c) => c.as_str(),
+            Verdict::Unknown => "unknown",
+        }
+    }
+
+    const HARD: &str = "ceiling: { per_request: \"1\", mode: hard }";
+    const SOFT: &str = "ceiling: { per_request: \"1\", mode: soft }";
+
+    #[test]
+    fn the_cheapest_fitting_destination_is_chosen() {
+        let plan = plan(HARD);
+        let p = plan.policy("p").unwrap();
+        assert_eq!(to(&decide(p, "m", &shape(), None)), "a");
+        assert_eq!(to(&decide(p, "x", &shape(), None)), "model_not_allowed");
+    }
+
+    /// Media recorded without its kind: bounded where it went before, or where every
+    /// kind is declared; elsewhere refused under a proof, never guessed.
+    #[test]
+    fn media_is_bounded_only_where_it_can_be() {
+        let plan = plan(HARD);
+        let p = plan.policy("p").unwrap();
+        let media = Shape {
+            media: true,
+            ..shape()
+        };
+        assert_eq!(to(&decide(p, "m", &media, Some(&sent("a")))), "a");
+        assert_eq!(to(&decide(p, "m", &media, Some(&sent("gone")))), "b");
+        let soft = plan_soft();
+        let p = soft.policy("p").unwrap();
+        assert_eq!(to(&decide(p, "m", &media, None)), "a", "no proof needed");
+    }
+
+    fn plan_soft() -> Plan {
+        plan(SOFT)
+    }
+
+    /// A field no bound counts, or an input never bounded: refused under a proof,
+    /// not guessed without one.
+    #[test]
+    fn what_the_shape_cannot_bound_is_not_guessed() {
+        let hard = plan(HARD);
+        let soft = plan_soft();
+        let unbounded = Shape {
+            unbounded: true,
+            ..shape()
+        };
+        let never = Shape {
+            input_tokens: None,
+            ..shape()
+        };
+        let (h, s) = (hard.policy("p").unwrap(), soft.policy("p").unwrap());
+        assert_eq!(to(&decide(h, "m", &unbounded, None)), "invalid_request");
+        assert_eq!(to(&decide(s, "m", &unbounded, None)), "a");
+        assert_eq!(to(&decide(h, "m", &never, None)), "invalid_request");
+        assert_eq!(to(&decide(s, "m", &never, None)), "unknown");
+    }
+
+    fn flat(id: &str, attempt: Option<(u32, &str, Option<&str>, &str, &str)>) -> Flat {
+        Flat {
+            request: Recorded {
+                id: id.into(),
+                received_at: time::OffsetDateTime::UNIX_EPOCH,
+                client: "c".into(),
+                policy: "p".into(),
+                model: "m".into(),
+                outcome: "served".into(),
+                error_code: None,
+                shape: Some(shape()),
+                primary: None,
+                input_tokens: 0,
+                output_tokens: 0,
+                billed: Money::ZERO,
+                worst_case: Money::ZERO,
+            },
+            attempt: attempt.map(|(seq, billing, basis, cost, wc)| FlatAttempt {
+                seq,
+                sent: sent(if seq == 1 { "a" } else { "b" }),
+                billing: billing.into(),
+                cost_basis: basis.map(str::to_string),
+                input_tokens: Some(10),
+                output_tokens: Some(5),
+                cost: cost.parse().unwrap(),
+                worst_case: wc.parse().unwrap(),
+            }),
+        }
+    }
+
+    /// A request's rows fold into one: the first attempt is where selection sent it;
+    /// usage-billed attempts are billed with their tokens, the rest at worst case.
+    #[test]
+    fn rows_fold_into_requests_with_billed_apart_from_worst_case() {
+        let mut f = Folder::default();
+        let rows = [
+            flat("r1", Some((1, "maybe_billed", None, "0", "0.5"))),
+            flat("r1", Some((2, "billed", Some("usage"), "0.01", "0.4"))),
+            flat("r2", Some((1, "billed", Some("worst_case"), "0.3", "0.3"))),
+            flat("r3", None),
+        ];
+        let mut done = Vec::new();
+        for row in rows {
+            done.extend(f.push(row).unwrap());
+        }
+        done.extend(f.finish());
+        assert_eq!(done.len(), 3);
+        let (r1, r2, r3) = (&done[0], &done[1], &done[2]);
+        assert_eq!(r1.primary.as_ref().unwrap().provider, "a");
+        assert_eq!(r1.billed, "0.01".parse().unwrap());
+        assert_eq!((r1.input_tokens, r1.output_tokens), (10, 5));
+        assert_eq!(r1.worst_case, "0.5".parse().unwrap());
+        assert_eq!(r2.billed, Money::ZERO);
+        assert_eq!(
+            r2.input_tokens, 0,
+            "tokens of a worst-case charge are not usage"
+        );
+        assert_eq!(r2.worst_case, "0.3".parse().unwrap());
+        assert!(r3.primary.is_none());
+    }
+}
