@@ -4,6 +4,8 @@
 //! a fifth of the traffic's clients' jurisdictions, and a day budget that runs out.
 //! Prints the replay's wall time and its peak resident memory (VmHWM, reset after the
 //! ledger is filled, so the figure is the replay's own). Aims: < 10 s, < 100 MB.
+//! SQLite always; PostgreSQL too when `PURSER_TEST_POSTGRES` names a server (the same
+//! rows in a schema of their own, dropped at the end).
 //! Run: cargo bench --bench replay
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
@@ -126,19 +128,64 @@ fn status_kb(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn main() {
-    let n = requests_n();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("ledger.db");
-    let t = Instant::now();
-    fill(&path, n);
-    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    println!(
-        "filled {n} requests in {:.1} s ({} MB ledger)",
-        t.elapsed().as_secs_f64(),
-        size / 1_000_000
+/// The same rows as `fill`, made by PostgreSQL itself (generate_series), in a new
+/// schema of the server at `base`; the URL on that schema and the schema.
+async fn fill_postgres(base: &str, requests: u64) -> (String, String) {
+    let (client, conn) = tokio_postgres::connect(base, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let schema = format!("purser_bench_replay_{}", std::process::id());
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
+        ))
+        .await
+        .unwrap();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
+    drop(
+        Ledger::open_at(
+            &purser::ledger::Target::Postgres(url.clone()),
+            Options::default(),
+        )
+        .await
+        .unwrap(),
     );
-    let plan = proposed(dir.path());
+    let step_ms = (30 * 86_400_000) / requests as i64;
+    let n = requests as i64;
+    let sql = format!(
+        "SET search_path = {schema};
+         SET synchronous_commit = off;
+         INSERT INTO requests (id, received_at, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, served_by, cost, replica,
+                               shape_input_tokens, shape_requested_output, shape_output_bound, shape_choices, shape_stream, shape_tools, shape_media, shape_unbounded)
+           SELECT 'R' || lpad(i::text, 25, '0'),
+                  timestamptz '2026-11-01 00:00:00+00' + make_interval(secs => (i * {step_ms})::double precision / 1000),
+                  'client-' || (i % {CLIENTS}), 'team', 'plan', 'm', 'hard', 0.01,
+                  (input + 2 * outb)::numeric / 1000000, 'served', 'us1',
+                  (input / 2 + 2 * (outb / 3))::numeric / 1000000, 'bench',
+                  input, CASE WHEN i % 5 = 0 THEN 1000 END, outb, 1, i % 3 = 0, false, false, false
+           FROM (SELECT i, 200 + (i * 7919) % 2000 AS input, CASE WHEN i % 5 = 0 THEN 1000 ELSE 100 END AS outb
+                 FROM generate_series(0::bigint, {n} - 1) i) s
+           ORDER BY i;
+         INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, finished_at, state, status, class,
+                               billing, decision, reason, input_tokens, output_tokens, cost, worst_case, cost_basis, replica)
+           SELECT id, 1, 'us1', 'm', 'us', received_at, received_at, 'done', 200, 'success', 'billed', 'served', 'bench',
+                  shape_input_tokens / 2, shape_output_bound / 3, cost, worst_case, 'usage', 'bench'
+           FROM requests;"
+    );
+    client.batch_execute(&sql).await.unwrap();
+    for t in ["requests", "attempts"] {
+        client
+            .batch_execute(&format!("VACUUM ANALYZE {schema}.{t}"))
+            .await
+            .unwrap();
+    }
+    (url, schema)
+}
+
+/// Replay the ledger at `target` through `plan`, printing time and peak memory.
+fn measure(engine: &str, target: purser::ledger::Target, plan: &purser::policy::Plan, n: u64) {
     // The peak so far was the fill's; from here it is the replay's (Linux: writing 5
     // to clear_refs resets VmHWM to the current RSS).
     let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -151,7 +198,7 @@ fn main() {
     // of the replay's time is the read.
     let t = Instant::now();
     let rows = rt.block_on(async {
-        let ledger = Ledger::open_reader(&path.as_path().into()).await.unwrap();
+        let ledger = Ledger::open_reader(&target).await.unwrap();
         let mut batches = ledger.recorded(Span::default());
         let mut rows = 0u64;
         while let Some(b) = batches.recv().await {
@@ -160,11 +207,11 @@ fn main() {
         rows
     });
     assert_eq!(rows, n);
-    println!("read alone: {:.2} s", t.elapsed().as_secs_f64());
+    println!("{engine}: read alone: {:.2} s", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let report = rt.block_on(async {
-        let ledger = Ledger::open_reader(&path.as_path().into()).await.unwrap();
-        purser::replay::over(&ledger, &plan, Span::default())
+        let ledger = Ledger::open_reader(&target).await.unwrap();
+        purser::replay::over(&ledger, plan, Span::default())
             .await
             .unwrap()
     });
@@ -172,14 +219,14 @@ fn main() {
     let hwm = status_kb("VmHWM:");
     assert_eq!(report.read, n);
     println!(
-        "replayed {n} requests in {:.2} s ({:.0} requests/s); peak RSS {:.1} MB (VmHWM; {:.1} MB before the replay)",
+        "{engine}: replayed {n} requests in {:.2} s ({:.0} requests/s); peak RSS {:.1} MB (VmHWM; {:.1} MB before the replay)",
         took.as_secs_f64(),
         n as f64 / took.as_secs_f64(),
         hwm as f64 / 1024.0,
         rss_before as f64 / 1024.0
     );
     println!(
-        "aims: < 10 s {}, < 100 MB {}",
+        "{engine}: aims: < 10 s {}, < 100 MB {}",
         if took < Duration::from_secs(10) {
             "met"
         } else {
@@ -188,7 +235,7 @@ fn main() {
         if hwm < 100 * 1024 { "met" } else { "MISSED" }
     );
     println!(
-        "report: {} changes; moved {:?}; refused {:?}; delta {}; budgets ran out in {} window(s)",
+        "{engine}: report: {} changes; moved {:?}; refused {:?}; delta {}; budgets ran out in {} window(s)",
         report.changes(),
         report
             .moved
@@ -207,4 +254,43 @@ fn main() {
             .map(|b| b.exhausted.len())
             .sum::<usize>()
     );
+}
+
+fn main() {
+    let n = requests_n();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let t = Instant::now();
+    fill(&path, n);
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    println!(
+        "filled {n} requests in {:.1} s ({} MB ledger)",
+        t.elapsed().as_secs_f64(),
+        size / 1_000_000
+    );
+    let plan = proposed(dir.path());
+    measure("sqlite", path.as_path().into(), &plan, n);
+    if let Ok(base) = std::env::var("PURSER_TEST_POSTGRES") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let t = Instant::now();
+        let (url, schema) = rt.block_on(fill_postgres(&base, n));
+        println!(
+            "postgres: filled {n} requests in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        measure("postgres", purser::ledger::Target::Postgres(url), &plan, n);
+        rt.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client
+                .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+                .await
+                .unwrap();
+        });
+    }
 }

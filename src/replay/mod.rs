@@ -202,7 +202,6 @@ struct Window {
 
 /// A replay in progress.
 pub struct Replay<'p> {
-    plan: &'p Plan,
     /// Client id → the policies that list it (a key is not recorded, its client is).
     clients: HashMap<String, Vec<&'p Policy>>,
     windows: Vec<Window>,
@@ -231,7 +230,6 @@ impl<'p> Replay<'p> {
             }
         }
         Replay {
-            plan,
             clients,
             windows,
             moved: Vec::new(),
@@ -438,7 +436,6 @@ impl<'p> Replay<'p> {
                 exhausted: w.exhausted,
             })
             .collect();
-        let _ = self.plan;
         report
     }
 }
