@@ -249,7 +249,7 @@ pub struct NewRequest {
 /// so that a replay can run it through another plan without its body. Stored in
 /// nullable columns: rows written before they existed have no shape, and a replay
 /// counts and skips them rather than guessing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Shape {
     /// The input bound at the primary the ceiling proof chose (or, refused at
     /// selection, the smallest bound any candidate had); `None` when no destination

@@ -12,6 +12,7 @@
 mod render;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -28,7 +29,8 @@ use crate::selection::{self, Refusal, Selected, TierAsk, TokenBounds, Unbounded}
 pub enum Verdict {
     /// Sent to `primary`; `clamped` when `on_exceed: clamp` lowered its output cap.
     Routed {
-        primary: Box<Destination>,
+        /// Shared: a replay hands the same verdict to every request of one shape.
+        primary: Arc<Destination>,
         worst_case: Money,
         output: u64,
         clamped: bool,
@@ -194,7 +196,8 @@ impl Report {
 struct Window {
     policy: String,
     budget: crate::policy::plan::Budget,
-    start: Option<String>,
+    /// The window's (year, month, day; 0 for a month) and its start as text.
+    start: Option<((i32, u8, u8), String)>,
     charged: Money,
     windows: u64,
     exhausted: Vec<Exhausted>,
@@ -207,8 +210,19 @@ pub struct Replay<'p> {
     windows: Vec<Window>,
     moved: Vec<(Move, u64)>,
     refused: BTreeMap<Code, u64>,
+    /// Verdicts by (policy, model, shape): `decide` is pure, and recorded traffic has
+    /// far fewer shapes than requests. Cleared when it reaches `MEMO` entries, so
+    /// memory stays bounded whatever the ledger holds.
+    memo: HashMap<&'p str, HashMap<String, HashMap<MemoKey, Verdict>>>,
+    memo_len: usize,
     report: Report,
 }
+
+/// A shape, and where it went when that can change the verdict (media, bounded where
+/// it went).
+type MemoKey = (Shape, Option<(String, String)>);
+
+const MEMO: usize = 1 << 16;
 
 impl<'p> Replay<'p> {
     pub fn new(plan: &'p Plan) -> Replay<'p> {
@@ -234,6 +248,8 @@ impl<'p> Replay<'p> {
             windows,
             moved: Vec::new(),
             refused: BTreeMap::new(),
+            memo: HashMap::new(),
+            memo_len: 0,
             report: Report {
                 plan_id: plan.id().to_string(),
                 currency: plan.currency().to_string(),
@@ -251,7 +267,7 @@ impl<'p> Replay<'p> {
         };
         let (policy, verdict) = match self.policy_of(r) {
             None => (None, Verdict::Refused(Code::Unauthorized)),
-            Some(p) => (Some(p), decide(p, &r.model, &shape, r.primary.as_ref())),
+            Some(p) => (Some(p), self.decided(p, r, &shape)),
         };
         let verdict = match (policy, verdict) {
             (
@@ -280,6 +296,39 @@ impl<'p> Replay<'p> {
         self.count(r, &shape, &verdict);
     }
 
+    /// `decide`, remembered.
+    fn decided(&mut self, p: &'p Policy, r: &Recorded, shape: &Shape) -> Verdict {
+        let before = if shape.media {
+            r.primary
+                .as_ref()
+                .map(|s| (s.provider.clone(), s.upstream_model.clone()))
+        } else {
+            None
+        };
+        let key = (*shape, before);
+        if let Some(v) = self
+            .memo
+            .get(p.id.as_str())
+            .and_then(|models| models.get(r.model.as_str()))
+            .and_then(|shapes| shapes.get(&key))
+        {
+            return v.clone();
+        }
+        let v = decide(p, &r.model, shape, r.primary.as_ref());
+        if self.memo_len >= MEMO {
+            self.memo.clear();
+            self.memo_len = 0;
+        }
+        self.memo
+            .entry(p.id.as_str())
+            .or_default()
+            .entry(r.model.clone())
+            .or_default()
+            .insert(key, v.clone());
+        self.memo_len += 1;
+        v
+    }
+
     /// The new plan's policy for the request's client: its recorded policy if that
     /// still lists the client, else the one policy that does.
     fn policy_of(&self, r: &Recorded) -> Option<&'p Policy> {
@@ -297,9 +346,15 @@ impl<'p> Replay<'p> {
         let mine = |w: &Window| w.policy == p.id.as_str();
         let mut fits = true;
         for w in self.windows.iter_mut().filter(|w| mine(w)) {
-            let start = crate::ledger::window_start(w.budget.period, r.received_at);
-            if w.start.as_deref() != Some(start.as_str()) {
-                w.start = Some(start);
+            // Compared as numbers: a window's text is made once, when it starts.
+            let t = r.received_at.to_offset(time::UtcOffset::UTC);
+            let key = match w.budget.period {
+                crate::policy::plan::Period::Day => (t.year(), u8::from(t.month()), t.day()),
+                crate::policy::plan::Period::Month => (t.year(), u8::from(t.month()), 0),
+            };
+            if w.start.as_ref().map(|(k, _)| *k) != Some(key) {
+                let text = crate::ledger::window_start(w.budget.period, r.received_at);
+                w.start = Some((key, text));
                 w.charged = Money::ZERO;
                 w.windows += 1;
             }
@@ -315,7 +370,7 @@ impl<'p> Replay<'p> {
             if w.charged + worst_case <= w.budget.limit {
                 continue;
             }
-            let start = w.start.clone().unwrap_or_default();
+            let start = w.start.as_ref().map(|(_, s)| s.clone()).unwrap_or_default();
             match w.exhausted.last_mut() {
                 Some(e) if e.window_start == start => e.refused += 1,
                 Some(_) | None => w.exhausted.push(Exhausted {
@@ -511,7 +566,7 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
             clamped_from,
             ..
         }) => Verdict::Routed {
-            primary: Box::new(primary),
+            primary: Arc::new(primary),
             worst_case,
             output: bounds.output,
             clamped: clamped_from.is_some(),
