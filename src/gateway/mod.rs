@@ -756,10 +756,6 @@ impl Engine {
         };
         // The bound must be a proof wherever money is held to it.
         let strict = policy.needs_proof();
-        let needs = |policy: &Policy| match policy.ceiling.mode {
-            Mode::Hard => "a hard ceiling needs a provable bound",
-            Mode::Soft => "a policy with a budget needs a provable bound",
-        };
         if let (true, Some((field, why))) = (strict, parsed.unbounded.first()) {
             return Err((
                 GatewayError::invalid(
@@ -822,12 +818,16 @@ impl Engine {
     }
 }
 
-/// The error a client reads for a selection refusal.
-fn refusal_error(plan: &Plan, policy: &Policy, parsed: &Parsed, r: Refusal) -> GatewayError {
-    let needs = |policy: &Policy| match policy.ceiling.mode {
+/// Why a policy needs a provable bound, for the refusal a client reads.
+fn needs(policy: &Policy) -> &'static str {
+    match policy.ceiling.mode {
         Mode::Hard => "a hard ceiling needs a provable bound",
         Mode::Soft => "a policy with a budget needs a provable bound",
-    };
+    }
+}
+
+/// The error a client reads for a selection refusal.
+fn refusal_error(plan: &Plan, policy: &Policy, parsed: &Parsed, r: Refusal) -> GatewayError {
     match r {
         Refusal::NoDestination => GatewayError::NoDestination {
             model: parsed.model.clone(),
