@@ -40,6 +40,7 @@ fn request(id: &str, now: time::OffsetDateTime, cost: Money) -> NewRequest {
         ceiling: "1".parse().unwrap(),
         worst_case: cost,
         ingress: Default::default(),
+        shape: None,
     }
 }
 

@@ -7,6 +7,8 @@
 //!        → ledger → gateway (the loop) → http (response)
 //! ```
 //!
+//! `replay` runs recorded traffic through another plan (no calls), for policy reviews.
+//!
 //! `audit` is the read side: validated audit filters over the ledger, for HTTP and CLI.
 //!
 //! `money`, `ids` and `clock` are the shared vocabulary; `cli` wires commands to the rest.
@@ -27,6 +29,7 @@ pub mod money;
 pub mod policy;
 pub mod pricing;
 pub mod reload;
+pub mod replay;
 pub mod selection;
 pub mod sim;
 pub mod upstream;

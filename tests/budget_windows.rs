@@ -309,6 +309,7 @@ fn new_request(id: &str, worst: &str) -> NewRequest {
         ceiling: m("1"),
         worst_case: m(worst),
         ingress: Default::default(),
+        shape: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn req(id: &str, worst: &str) -> NewRequest {
         ceiling: m("1"),
         worst_case: m(worst),
         ingress: Default::default(),
+        shape: None,
     }
 }
 
@@ -656,6 +657,8 @@ fn served(id: &str, cost: &str) -> AttemptResult {
         output_tokens: Some(5),
         cost: m(cost),
         cost_basis: None,
+        cache: Default::default(),
+        stored: None,
         message: None,
     }
 }

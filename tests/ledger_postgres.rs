@@ -30,6 +30,7 @@ fn req(id: &str, worst: &str) -> NewRequest {
         ceiling: m("1"),
         worst_case: m(worst),
         ingress: Default::default(),
+        shape: None,
     }
 }
 

@@ -356,6 +356,7 @@ async fn a_top_up_for_a_recovered_request_is_refused() {
             ceiling: m("1"),
             worst_case: m("0.1"),
             ingress: Default::default(),
+            shape: None,
         },
         limits.clone(),
         NewAttempt {

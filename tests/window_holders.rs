@@ -192,6 +192,7 @@ fn new_request(id: &str, worst: &str) -> NewRequest {
         ceiling: m("1"),
         worst_case: m(worst),
         ingress: Default::default(),
+        shape: None,
     }
 }
 
@@ -227,6 +228,8 @@ fn ended(id: &str, seq: u32, billing: Billing, cost: &str) -> AttemptResult {
         cost: m(cost),
         cost_basis: None,
         message: None,
+        cache: Default::default(),
+        stored: None,
     }
 }
 

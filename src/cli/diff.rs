@@ -4,18 +4,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use super::check::compile_or_report;
+use super::replay::When;
 use super::{DiffFormat, EXIT_INVALID};
+use crate::ledger::Target;
 use crate::policy::diff;
 
 /// `--fail-on widen` found a widening change.
 pub const EXIT_WIDENS: u8 = 3;
-const EXIT_USAGE: u8 = 2;
+use super::EXIT_USAGE;
 
 pub fn diff(
     dirs: &[PathBuf],
     git: Option<&str>,
     format: DiffFormat,
     fail_on_widen: bool,
+    replay: Option<(Target, Option<String>)>,
 ) -> ExitCode {
     let (old_dir, new_dir, _guard) = match (git, dirs) {
         (None, [old, new]) => (old.clone(), new.clone(), None),
@@ -46,16 +49,54 @@ pub fn diff(
         return ExitCode::from(EXIT_INVALID);
     };
     let d = diff::diff(&old, &new);
+    // The replay runs before anything is printed: a ledger that cannot be read fails
+    // the command rather than leave a diff that looks complete.
+    let replayed = match replay {
+        None => None,
+        Some((db, since)) => {
+            let when = When {
+                since,
+                ..When::default()
+            };
+            let got = match when.span(None) {
+                Ok(span) => super::runtime_value(super::replay::report(&db, &new, span)),
+                Err(e) => Err(e),
+            };
+            match got {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    eprintln!("error: replay: {e}");
+                    return ExitCode::from(EXIT_INVALID);
+                }
+            }
+        }
+    };
     match format {
         DiffFormat::Text => print!("{}", diff::text(&d)),
         DiffFormat::Markdown => print!("{}", diff::markdown(&d)),
-        DiffFormat::Json => match serde_json::to_string_pretty(&d) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+        DiffFormat::Json => {
+            let v = match &replayed {
+                None => serde_json::to_string_pretty(&d),
+                Some(r) => serde_json::to_string_pretty(&serde_json::json!({
+                    "diff": &d,
+                    "replay": r,
+                })),
+            };
+            match v {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
-        },
+        }
+    }
+    if let Some(r) = &replayed {
+        match format {
+            DiffFormat::Text => print!("\n{}", crate::replay::text(r)),
+            DiffFormat::Markdown => print!("\n{}", crate::replay::markdown(r)),
+            DiffFormat::Json => {}
+        }
     }
     if fail_on_widen && d.widens() > 0 {
         eprintln!(

@@ -13,10 +13,12 @@ pub mod classify;
 mod demo;
 mod diff;
 mod explain;
+mod replay;
 mod serve;
 
 /// Exit codes (DESIGN 8): 0 ok, 1 invalid input, 2 usage; `diff --fail-on widen` uses 3.
 pub const EXIT_INVALID: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser, Debug)]
 #[command(name = "purser", version, about = "Budget-enforcing LLM gateway")]
@@ -59,6 +61,37 @@ pub enum Command {
         /// Exit 3 when any change widens (for a CI gate).
         #[arg(long, value_enum)]
         fail_on: Option<FailOn>,
+        /// Append what NEW_DIR would have done to this ledger's traffic (`purser
+        /// replay`): an SQLite file (a `purser backup` copy) or a postgres:// URL.
+        #[arg(long)]
+        replay: Option<Target>,
+        /// With --replay: only requests received this long before now (30d, 12h).
+        #[arg(long, requires = "replay")]
+        since: Option<String>,
+    },
+    /// Run recorded traffic through a proposed policy set, with no call made: what it
+    /// would have refused, sent elsewhere, and spent, and when its budgets run out.
+    Replay {
+        /// The ledger: an SQLite file (a `purser backup` copy), or a postgres:// URL.
+        #[arg(long, env = "PURSER_DB", default_value = "purser.db")]
+        db: Target,
+        /// The proposed policy set.
+        #[arg(long)]
+        config: PathBuf,
+        /// Only requests received this long before now: 30d, 12h, 90m.
+        #[arg(long, conflicts_with = "from")]
+        since: Option<String>,
+        /// Only requests received at or after (RFC 3339, or a date).
+        #[arg(long)]
+        from: Option<String>,
+        /// Only requests received before (RFC 3339, or a date).
+        #[arg(long)]
+        to: Option<String>,
+        /// Only requests recorded under this policy.
+        #[arg(long)]
+        policy: Option<String>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: DiffFormat,
     },
     /// Show, step by step, the decision a request would get, without calling anyone.
     Explain {
@@ -333,7 +366,30 @@ pub fn run(cli: Cli) -> ExitCode {
             git,
             format,
             fail_on,
-        } => diff::diff(&dirs, git.as_deref(), format, fail_on.is_some()),
+            replay,
+            since,
+        } => diff::diff(
+            &dirs,
+            git.as_deref(),
+            format,
+            fail_on.is_some(),
+            replay.map(|db| (db, since)),
+        ),
+        Command::Replay {
+            db,
+            config,
+            since,
+            from,
+            to,
+            policy,
+            format,
+        } => runtime(replay::run(
+            &db,
+            &config,
+            &replay::When { since, from, to },
+            policy,
+            format,
+        )),
         Command::Explain {
             dir,
             policy,
@@ -422,6 +478,17 @@ async fn migrate(db: Target) -> ExitCode {
             ExitCode::from(EXIT_INVALID)
         }
     }
+}
+
+/// Run `fut` to its value on a fresh runtime (a synchronous command's one async step).
+fn runtime_value<T>(
+    fut: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?
+        .block_on(fut)
 }
 
 fn runtime(fut: impl std::future::Future<Output = ExitCode>) -> ExitCode {

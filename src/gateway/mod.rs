@@ -12,6 +12,7 @@ mod history;
 pub mod ingress;
 mod recorder;
 pub mod request;
+mod shape;
 mod stream;
 
 use std::sync::{Arc, RwLock};
@@ -641,6 +642,7 @@ impl Engine {
             ceiling: policy.ceiling.per_request,
             worst_case: Money::ZERO,
             ingress,
+            shape: None,
         };
 
         // Selection: a refusal here is recorded, and no upstream is called.
@@ -660,11 +662,17 @@ impl Engine {
             .select(plan, breakers, policy, &parsed, &req, history.as_ref())
             .and_then(|s| {
                 ingress::check(ingress, s.primary.api, &req.body)
-                    .map_err(|(param, why)| GatewayError::invalid(why, Some(&param)))
+                    .map_err(|(param, why)| {
+                        (
+                            GatewayError::invalid(why, Some(&param)),
+                            Some(s.bounds.input),
+                        )
+                    })
                     .map(|()| s)
             }) {
             Ok(s) => s,
-            Err(e) => {
+            Err((e, input)) => {
+                new_request.shape = Some(shape::of(&parsed, &req.body, ingress, input, None));
                 self.ledger
                     .record_refusal(new_request, e.code())
                     .await
@@ -673,6 +681,13 @@ impl Engine {
             }
         };
         new_request.worst_case = selected.worst_case;
+        new_request.shape = Some(shape::of(
+            &parsed,
+            &req.body,
+            ingress,
+            Some(selected.bounds.input),
+            Some(selected.bounds.output),
+        ));
         // The running plan's limits, not this request's snapshot's: a reload that lowered
         // a budget while the request was being parsed and selected binds it too.
         let budgets = current_limits(&self.plan(), policy);
@@ -729,6 +744,8 @@ impl Engine {
         .map_err(with_id)
     }
 
+    /// Selection, or the refusal with the smallest input bound any candidate had (what
+    /// the ledger records of a refused request's shape; `None` where none was bounded).
     fn select(
         &self,
         plan: &Plan,
@@ -737,27 +754,26 @@ impl Engine {
         parsed: &Parsed,
         req: &ChatRequest,
         history: Option<&history::History>,
-    ) -> Result<selection::Selected, GatewayError> {
+    ) -> Result<selection::Selected, (GatewayError, Option<u64>)> {
         let Some(route) = policy.routes.get(parsed.model.as_str()) else {
-            return Err(GatewayError::model_not_allowed(
-                policy,
-                parsed.model.clone(),
+            return Err((
+                GatewayError::model_not_allowed(policy, parsed.model.clone()),
+                None,
             ));
         };
         // The bound must be a proof wherever money is held to it.
         let strict = policy.needs_proof();
-        let needs = |policy: &Policy| match policy.ceiling.mode {
-            Mode::Hard => "a hard ceiling needs a provable bound",
-            Mode::Soft => "a policy with a budget needs a provable bound",
-        };
         if let (true, Some((field, why))) = (strict, parsed.unbounded.first()) {
-            return Err(GatewayError::invalid(
-                format!(
-                    "`{field}` cannot be bounded ({why}); {}, so policy `{}` refuses it",
-                    needs(policy),
-                    policy.id
+            return Err((
+                GatewayError::invalid(
+                    format!(
+                        "`{field}` cannot be bounded ({why}); {}, so policy `{}` refuses it",
+                        needs(policy),
+                        policy.id
+                    ),
+                    Some(field),
                 ),
-                Some(field),
+                None,
             ));
         }
         let undeclared = if strict {
@@ -805,34 +821,56 @@ impl Engine {
         selection::select(route, &policy.ceiling, bounds_of, |d| {
             breakers.is_open(&d.provider)
         })
-        .map_err(|r| match r {
-            Refusal::NoDestination => GatewayError::NoDestination {
-                model: parsed.model.clone(),
-                policy: policy.id.to_string(),
-                hint: plan
-                    .no_destination_hint()
-                    .map(|h| format!(". {h}"))
-                    .unwrap_or_default(),
-            },
-            Refusal::Unbounded(u) => GatewayError::invalid(
-                format!(
-                    "`{}` cannot be bounded at any destination of model `{}`: {}; {}, so policy `{}` refuses it",
-                    u.param,
-                    parsed.model,
-                    u.what,
-                    needs(policy),
-                    policy.id
-                ),
-                Some(&u.param),
-            ),
-            Refusal::DoesNotFit { considered, .. } => {
-                GatewayError::CeilingExceeded(selection::does_not_fit_message(
-                    policy.ceiling.per_request,
-                    plan.currency(),
-                    &considered,
-                ))
-            }
+        .map_err(|r| {
+            let input = match &r {
+                Refusal::DoesNotFit { considered, .. } => considered
+                    .iter()
+                    .filter_map(|c| c.bounds.map(|b| b.input))
+                    .min(),
+                Refusal::NoDestination | Refusal::Unbounded(_) => None,
+            };
+            (refusal_error(plan, policy, parsed, r), input)
         })
+    }
+}
+
+/// Why a policy needs a provable bound, for the refusal a client reads.
+fn needs(policy: &Policy) -> &'static str {
+    match policy.ceiling.mode {
+        Mode::Hard => "a hard ceiling needs a provable bound",
+        Mode::Soft => "a policy with a budget needs a provable bound",
+    }
+}
+
+/// The error a client reads for a selection refusal.
+fn refusal_error(plan: &Plan, policy: &Policy, parsed: &Parsed, r: Refusal) -> GatewayError {
+    match r {
+        Refusal::NoDestination => GatewayError::NoDestination {
+            model: parsed.model.clone(),
+            policy: policy.id.to_string(),
+            hint: plan
+                .no_destination_hint()
+                .map(|h| format!(". {h}"))
+                .unwrap_or_default(),
+        },
+        Refusal::Unbounded(u) => GatewayError::invalid(
+            format!(
+                "`{}` cannot be bounded at any destination of model `{}`: {}; {}, so policy `{}` refuses it",
+                u.param,
+                parsed.model,
+                u.what,
+                needs(policy),
+                policy.id
+            ),
+            Some(&u.param),
+        ),
+        Refusal::DoesNotFit { considered, .. } => {
+            GatewayError::CeilingExceeded(selection::does_not_fit_message(
+                policy.ceiling.per_request,
+                plan.currency(),
+                &considered,
+            ))
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use super::audit::{
     SpendRow,
 };
 use super::read::{BudgetRow, RequestRow};
+use super::recorded::{BATCH, Recorded, Span};
 use super::{
     AttemptResult, BudgetLimit, LedgerError, NewAttempt, NewRequest, Op, Options, Recovered,
     RequestResult, Target, postgres, sqlite,
@@ -332,6 +333,47 @@ impl Ledger {
                 }
                 Engine::Postgres(s) => match s.reader().await {
                     Ok(c) => postgres::read::attempt_lines(&c, &f, &tx).await,
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = result {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        rx
+    }
+
+    /// Every recorded request of `span`, in the order the ledger admitted them, in
+    /// batches as the query yields them (a replay holds one batch, whatever the ledger
+    /// holds). The query stops when the receiver is dropped; an error ends the batches.
+    pub fn recorded(&self, span: Span) -> mpsc::Receiver<Result<Vec<Recorded>, LedgerError>> {
+        // Two batches in flight: the reader works while the replay does.
+        let (tx, rx) = mpsc::channel(2);
+        let engine = self.engine.clone();
+        tokio::spawn(async move {
+            let result = match &*engine {
+                Engine::Sqlite(s) => {
+                    let tx = tx.clone();
+                    s.read(move |c| {
+                        let mut batch = Vec::with_capacity(BATCH);
+                        let mut open = true;
+                        sqlite::recorded::each(c, &span, |r| {
+                            batch.push(r);
+                            if batch.len() >= BATCH {
+                                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                                open = tx.blocking_send(Ok(full)).is_ok();
+                            }
+                            open
+                        })?;
+                        if open && !batch.is_empty() {
+                            let _ = tx.blocking_send(Ok(batch));
+                        }
+                        Ok(())
+                    })
+                    .await
+                }
+                Engine::Postgres(s) => match s.reader().await {
+                    Ok(c) => postgres::recorded::send(&c, &span, &tx).await,
                     Err(e) => Err(e),
                 },
             };

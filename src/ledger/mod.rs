@@ -12,6 +12,7 @@ mod handle;
 mod op;
 pub mod postgres;
 pub mod read;
+pub mod recorded;
 pub mod sqlite;
 mod target;
 
@@ -253,6 +254,38 @@ pub struct NewRequest {
     pub worst_case: Money,
     /// The client API it came in by.
     pub ingress: crate::ingress::Ingress,
+    /// What selection and the ceiling proof used, for `purser replay`; `None` only for
+    /// callers that have no request body (tools and tests writing rows directly).
+    pub shape: Option<Shape>,
+}
+
+/// A request's shape at admission: what selection and the ceiling proof read from it,
+/// so that a replay can run it through another plan without its body. Stored in
+/// nullable columns: rows written before they existed have no shape, and a replay
+/// counts and skips them rather than guessing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Shape {
+    /// The input bound at the primary the ceiling proof chose (or, refused at
+    /// selection, the smallest bound any candidate had); `None` when no destination
+    /// could bound it, or selection never got that far (a model not allowed).
+    pub input_tokens: Option<u64>,
+    /// The output cap the client asked for, per choice; `None` when it set none (the
+    /// policy's `max_output_tokens` applied).
+    pub requested_output: Option<u64>,
+    /// The per-choice output bound the ceiling was proved with (after any clamp);
+    /// `None` when no bound was proved.
+    pub output_bound: Option<u64>,
+    /// Choices asked for (`n`), at least 1.
+    pub choices: u64,
+    pub stream: bool,
+    /// It declared tools (their framing is in `input_tokens`).
+    pub tools: bool,
+    /// It carried image, audio, video or file parts (counted in `input_tokens` at the
+    /// bound the destination declared, or a stand-in under a soft policy).
+    pub media: bool,
+    /// It carried a field whose cost no bound counts (admitted only where no proof
+    /// was needed).
+    pub unbounded: bool,
 }
 
 /// A period budget to reserve against.

@@ -34,6 +34,15 @@ struct Requests<'a> {
     worst_case: Vec<Decimal>,
     /// Sent after the statement's other parameters (its last), not in `params`.
     ingress: Vec<&'static str>,
+    /// The shape columns, sent after `ingress` (`shape_params`).
+    shape_input: Vec<Option<i64>>,
+    shape_requested: Vec<Option<i64>>,
+    shape_output: Vec<Option<i64>>,
+    shape_choices: Vec<Option<i64>>,
+    shape_stream: Vec<Option<bool>>,
+    shape_tools: Vec<Option<bool>>,
+    shape_media: Vec<Option<bool>>,
+    shape_unbounded: Vec<Option<bool>>,
 }
 
 impl<'a> Requests<'a> {
@@ -48,6 +57,32 @@ impl<'a> Requests<'a> {
         self.ceiling.push(r.ceiling.decimal());
         self.worst_case.push(r.worst_case.decimal());
         self.ingress.push(r.ingress.as_str());
+        let sh = r.shape.as_ref();
+        self.shape_input
+            .push(tokens(sh.and_then(|s| s.input_tokens)));
+        self.shape_requested
+            .push(tokens(sh.and_then(|s| s.requested_output)));
+        self.shape_output
+            .push(tokens(sh.and_then(|s| s.output_bound)));
+        self.shape_choices.push(tokens(sh.map(|s| s.choices)));
+        self.shape_stream.push(sh.map(|s| s.stream));
+        self.shape_tools.push(sh.map(|s| s.tools));
+        self.shape_media.push(sh.map(|s| s.media));
+        self.shape_unbounded.push(sh.map(|s| s.unbounded));
+    }
+
+    /// The shape columns, in the order the statements number them after `ingress`.
+    fn shape_params(&self) -> [Param<'_>; 8] {
+        [
+            &self.shape_input,
+            &self.shape_requested,
+            &self.shape_output,
+            &self.shape_choices,
+            &self.shape_stream,
+            &self.shape_tools,
+            &self.shape_media,
+            &self.shape_unbounded,
+        ]
     }
 
     fn params(&self) -> [Param<'_>; 9] {
@@ -321,6 +356,7 @@ pub async fn apply(
         .params()
         .into_iter()
         .chain([&b.refusal_codes as Param<'_>, &replica, &r.ingress])
+        .chain(r.shape_params())
         .collect();
     let f = &b.finished;
     let finished_params: [Param<'_>; 19] = [
@@ -369,6 +405,7 @@ pub async fn apply(
         ])
         .chain(a.firsts.params())
         .chain([&a.requests.ingress as Param<'_>])
+        .chain(a.requests.shape_params())
         .collect();
     let begin_params: Vec<Param<'_>> = b
         .begins

@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 5] = [
+pub const MIGRATIONS: [(u32, &str, &str); 6] = [
     (
         1,
         "0001_init",
@@ -23,7 +23,12 @@ pub const MIGRATIONS: [(u32, &str, &str); 5] = [
         "0003_ingress",
         include_str!("../../../migrations/postgres/0003_ingress.sql"),
     ),
-    // 4 and 5 are assigned to the request shape and the rollups (#24, #25).
+    (
+        4,
+        "0004_request_shape",
+        include_str!("../../../migrations/postgres/0004_request_shape.sql"),
+    ),
+    // 5 is assigned to the rollups (#25).
     (
         6,
         "0006_cache_tokens",

@@ -11,6 +11,7 @@ mod later;
 mod lease;
 mod migrate;
 pub mod read;
+pub mod recorded;
 pub mod series;
 mod sql;
 mod window;

@@ -19,7 +19,8 @@
 /// Windows, grouped by request: $12 request (1-based), $13 period, $14 start, $15 limit.
 /// First attempts: $16 request (1-based), $17 request id, $18 seq, $19 provider,
 /// $20 upstream model, $21 jurisdiction, $22 started_at, $23 worst case; $24 each
-/// request's ingress.
+/// request's ingress; $25..$32 each request's shape (input bound, requested output,
+/// output bound, choices, stream, tools, media, unbounded; NULL without one).
 pub const ADMIT: &str = "
 WITH v AS (
     SELECT * FROM purser_admit($4::text[], $9::numeric[], $12::integer[], $13::text[],
@@ -31,13 +32,17 @@ WITH v AS (
                               worst_case, periods, n)
 ), r AS (
     INSERT INTO requests (id, received_at, client, policy, plan_id, model, mode, ceiling, worst_case,
-                          outcome, error_code, reserved_periods, reserved_amount, replica, ingress)
+                          outcome, error_code, reserved_periods, reserved_amount, replica, ingress,
+                          shape_input_tokens, shape_requested_output, shape_output_bound, shape_choices,
+                          shape_stream, shape_tools, shape_media, shape_unbounded)
     SELECT u.id, u.received_at, u.client, u.policy, u.plan_id, u.model, u.mode, u.ceiling, u.worst_case,
            CASE WHEN v.refused[u.n] IS NULL THEN 'in_flight' ELSE 'refused' END,
            CASE WHEN v.refused[u.n] IS NULL THEN NULL ELSE 'budget_exhausted' END,
            CASE WHEN v.refused[u.n] IS NULL AND u.periods <> '' THEN string_to_array(u.periods, ',') END,
            CASE WHEN v.refused[u.n] IS NULL AND u.periods <> '' THEN u.worst_case END,
-           $11::text, ($24::text[])[u.n]
+           $11::text, ($24::text[])[u.n],
+           ($25::bigint[])[u.n], ($26::bigint[])[u.n], ($27::bigint[])[u.n], ($28::bigint[])[u.n],
+           ($29::boolean[])[u.n], ($30::boolean[])[u.n], ($31::boolean[])[u.n], ($32::boolean[])[u.n]
     FROM v, u ORDER BY u.n
 ), a AS (
     INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at,
@@ -60,12 +65,16 @@ FROM unnest($2::text[], $3::timestamptz[]) AS p (period, start)
 WHERE w.policy = $1 AND w.period = p.period AND w.window_start = p.start";
 
 /// Requests refused before any attempt. $1..$9 as in ADMIT, $10 error code, $11 replica,
-/// $12 each request's ingress.
+/// $12 each request's ingress, $13..$20 each request's shape (as ADMIT's $25..$32).
 pub const REFUSALS: &str = "
 INSERT INTO requests (id, received_at, client, policy, plan_id, model, mode, ceiling, worst_case,
-                      outcome, error_code, replica, ingress)
+                      outcome, error_code, replica, ingress,
+                      shape_input_tokens, shape_requested_output, shape_output_bound, shape_choices,
+                      shape_stream, shape_tools, shape_media, shape_unbounded)
 SELECT u.id, u.received_at, u.client, u.policy, u.plan_id, u.model, u.mode, u.ceiling, u.worst_case,
-       'refused', u.error_code, $11::text, ($12::text[])[u.n]
+       'refused', u.error_code, $11::text, ($12::text[])[u.n],
+       ($13::bigint[])[u.n], ($14::bigint[])[u.n], ($15::bigint[])[u.n], ($16::bigint[])[u.n],
+       ($17::boolean[])[u.n], ($18::boolean[])[u.n], ($19::boolean[])[u.n], ($20::boolean[])[u.n]
 FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
             $7::text[], $8::numeric[], $9::numeric[], $10::text[])
     WITH ORDINALITY AS u (id, received_at, client, policy, plan_id, model, mode, ceiling,

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 8] = [
+pub const MIGRATIONS: [(u32, &str, &str); 9] = [
     (
         1,
         "0001_init",
@@ -43,7 +43,12 @@ pub const MIGRATIONS: [(u32, &str, &str); 8] = [
         "0007_ingress",
         include_str!("../../../migrations/sqlite/0007_ingress.sql"),
     ),
-    // 8 and 9 are assigned to the request shape and the rollups (#24, #25).
+    (
+        8,
+        "0008_request_shape",
+        include_str!("../../../migrations/sqlite/0008_request_shape.sql"),
+    ),
+    // 9 is assigned to the rollups (#25).
     (
         10,
         "0010_cache_tokens",

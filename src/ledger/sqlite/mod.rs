@@ -13,6 +13,7 @@ mod group;
 pub mod migrate;
 mod ops;
 pub mod read;
+pub mod recorded;
 mod recover;
 pub mod series;
 

@@ -52,9 +52,11 @@ fn insert_request(
     reserved_in: Option<&str>,
 ) -> Result<(), LedgerError> {
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
+    let sh = r.shape.as_ref();
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ingress)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ingress,
+                               shape_input_tokens, shape_requested_output, shape_output_bound, shape_choices, shape_stream, shape_tools, shape_media, shape_unbounded)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     )?
     .execute(params![
         r.id,
@@ -71,8 +73,21 @@ fn insert_request(
         error_code,
         reserved_in,
         r.ingress.as_str(),
+        sh.and_then(|s| s.input_tokens).map(count),
+        sh.and_then(|s| s.requested_output).map(count),
+        sh.and_then(|s| s.output_bound).map(count),
+        sh.map(|s| count(s.choices)),
+        sh.map(|s| s.stream),
+        sh.map(|s| s.tools),
+        sh.map(|s| s.media),
+        sh.map(|s| s.unbounded),
     ])?;
     Ok(())
+}
+
+/// A token count as SQLite's integer (counts beyond i64 do not occur; saturate).
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 pub(super) fn money_col(s: String) -> Result<Money, LedgerError> {
