@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::audit::{
     AttemptLine, Bucket, BudgetState, Cursor, Failures, Filter, GroupBy, RequestPage, SeriesRow,
-    SpendRow,
+    Source, SpendRow,
 };
 use super::read::{BudgetRow, RequestRow};
 use super::{
@@ -23,6 +23,8 @@ use crate::policy::plan::Budget;
 #[derive(Clone)]
 pub struct Ledger {
     engine: Arc<Engine>,
+    /// Where the spend page's totals are read (the rollups unless a test asks).
+    source: Source,
 }
 
 enum Engine {
@@ -72,6 +74,17 @@ impl Ledger {
     fn wrap(engine: Engine) -> Ledger {
         Ledger {
             engine: Arc::new(engine),
+            source: Source::default(),
+        }
+    }
+
+    /// The same ledger, answering `spend`, `series` and `failures` from `source`: with
+    /// `Source::Rows` from the raw rows alone, to check the rollups against them and to
+    /// measure what they save.
+    pub fn reading(&self, source: Source) -> Ledger {
+        Ledger {
+            engine: Arc::clone(&self.engine),
+            source,
         }
     }
 
@@ -264,8 +277,14 @@ impl Ledger {
 
     pub async fn spend(&self, f: Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
         match &*self.engine {
-            Engine::Sqlite(s) => s.read(move |c| sqlite::audit::spend(c, &f, by)).await,
-            Engine::Postgres(s) => postgres::read::spend(&s.reader().await?, &f, by).await,
+            Engine::Sqlite(s) => {
+                let source = self.source;
+                s.read(move |c| sqlite::audit::spend(c, &f, by, source))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::read::spend(&s.reader().await?, &f, by, self.source).await
+            }
         }
     }
 
@@ -278,11 +297,12 @@ impl Ledger {
     ) -> Result<Vec<SeriesRow>, LedgerError> {
         match &*self.engine {
             Engine::Sqlite(s) => {
-                s.read(move |c| sqlite::series::series(c, &f, bucket, by))
+                let source = self.source;
+                s.read(move |c| sqlite::series::series(c, &f, bucket, by, source))
                     .await
             }
             Engine::Postgres(s) => {
-                postgres::series::series(&s.reader().await?, &f, bucket, by).await
+                postgres::series::series(&s.reader().await?, &f, bucket, by, self.source).await
             }
         }
     }
@@ -290,8 +310,14 @@ impl Ledger {
     /// Attempts per provider and class, and how requests ended (the failure panel).
     pub async fn failures(&self, f: Filter) -> Result<Failures, LedgerError> {
         match &*self.engine {
-            Engine::Sqlite(s) => s.read(move |c| sqlite::series::failures(c, &f)).await,
-            Engine::Postgres(s) => postgres::series::failures(&s.reader().await?, &f).await,
+            Engine::Sqlite(s) => {
+                let source = self.source;
+                s.read(move |c| sqlite::series::failures(c, &f, source))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::series::failures(&s.reader().await?, &f, self.source).await
+            }
         }
     }
 

@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 3] = [
+pub const MIGRATIONS: [(u32, &str, &str); 4] = [
     (
         1,
         "0001_init",
@@ -22,6 +22,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 3] = [
         3,
         "0003_ingress",
         include_str!("../../../migrations/postgres/0003_ingress.sql"),
+    ),
+    (
+        5,
+        "0005_rollups",
+        include_str!("../../../migrations/postgres/0005_rollups.sql"),
     ),
 ];
 

@@ -11,6 +11,7 @@ mod later;
 mod lease;
 mod migrate;
 pub mod read;
+mod rollup;
 pub mod series;
 mod sql;
 mod window;

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 7] = [
+pub const MIGRATIONS: [(u32, &str, &str); 8] = [
     (
         1,
         "0001_init",
@@ -42,6 +42,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 7] = [
         7,
         "0007_ingress",
         include_str!("../../../migrations/sqlite/0007_ingress.sql"),
+    ),
+    (
+        9,
+        "0009_rollups",
+        include_str!("../../../migrations/sqlite/0009_rollups.sql"),
     ),
 ];
 
