@@ -416,6 +416,18 @@ fn default_replica_id() -> String {
         .unwrap_or_else(|| "purser".to_string())
 }
 
+/// Apply the migrations at `target` up to `version` and stop; the version reached.
+/// Tests and the audit bench build a ledger as an earlier version left it this way.
+pub async fn migrate_at_to(target: &Target, version: u32) -> Result<u32, LedgerError> {
+    match target {
+        Target::Sqlite(path) => {
+            let mut conn = sqlite::connect(path, &Options::default())?;
+            sqlite::migrate::migrate_to(&mut conn, version)
+        }
+        Target::Postgres(url) => postgres::Store::migrate_to(url, version).await,
+    }
+}
+
 /// Apply the migrations at `target` and stop (`purser migrate`); the version reached.
 pub async fn migrate_at(target: &Target) -> Result<u32, LedgerError> {
     match target {

@@ -157,6 +157,13 @@ impl Store {
         migrate::migrate(&mut c).await
     }
 
+    /// Apply the migrations up to `version` and stop.
+    pub async fn migrate_to(url: &str, version: u32) -> Result<u32, LedgerError> {
+        let pool = pool(url, 1)?;
+        let mut c = client(&pool).await?;
+        migrate::migrate_to(&mut c, version).await
+    }
+
     /// Whether the last group reached PostgreSQL and this replica holds its lease.
     pub fn writable(&self) -> bool {
         self.shared.writable.load(Ordering::Relaxed)
