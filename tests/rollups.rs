@@ -266,12 +266,12 @@ async fn rollups_answer_as_the_rows_do(engine: Engine) {
         &g.ledger_db,
         match engine {
             Engine::Sqlite => {
-                "UPDATE attempts_hourly SET cost = dadd(cost, '0.000000001')
-                 WHERE billing = 'billed' AND hour = (SELECT min(hour) FROM attempts_hourly WHERE billing = 'billed')"
+                "UPDATE attempts_hourly_lean SET cost = dadd(cost, '0.000000001')
+                 WHERE billing = 'billed' AND hour = (SELECT min(hour) FROM attempts_hourly_lean WHERE billing = 'billed')"
             }
             Engine::Postgres => {
-                "UPDATE attempts_hourly SET cost = cost + 0.000000001
-                 WHERE billing = 'billed' AND hour = (SELECT min(hour) FROM attempts_hourly WHERE billing = 'billed')"
+                "UPDATE attempts_hourly_lean SET cost = cost + 0.000000001
+                 WHERE billing = 'billed' AND hour = (SELECT min(hour) FROM attempts_hourly_lean WHERE billing = 'billed')"
             }
         },
     )

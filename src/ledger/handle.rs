@@ -279,11 +279,11 @@ impl Ledger {
         match &*self.engine {
             Engine::Sqlite(s) => {
                 let source = self.source;
-                s.read(move |c| sqlite::audit::spend(c, &f, by, source))
+                s.read(move |c| sqlite::audit::spend_from(c, &f, by, source))
                     .await
             }
             Engine::Postgres(s) => {
-                postgres::read::spend(&s.reader().await?, &f, by, self.source).await
+                postgres::read::spend_from(&s.reader().await?, &f, by, self.source).await
             }
         }
     }
@@ -298,11 +298,11 @@ impl Ledger {
         match &*self.engine {
             Engine::Sqlite(s) => {
                 let source = self.source;
-                s.read(move |c| sqlite::series::series(c, &f, bucket, by, source))
+                s.read(move |c| sqlite::series::series_from(c, &f, bucket, by, source))
                     .await
             }
             Engine::Postgres(s) => {
-                postgres::series::series(&s.reader().await?, &f, bucket, by, self.source).await
+                postgres::series::series_from(&s.reader().await?, &f, bucket, by, self.source).await
             }
         }
     }
@@ -312,11 +312,11 @@ impl Ledger {
         match &*self.engine {
             Engine::Sqlite(s) => {
                 let source = self.source;
-                s.read(move |c| sqlite::series::failures(c, &f, source))
+                s.read(move |c| sqlite::series::failures_from(c, &f, source))
                     .await
             }
             Engine::Postgres(s) => {
-                postgres::series::failures(&s.reader().await?, &f, self.source).await
+                postgres::series::failures_from(&s.reader().await?, &f, self.source).await
             }
         }
     }

@@ -51,7 +51,7 @@ struct Snapshot {
     /// policy, period, window_start (UTC), limit, spent, reserved.
     windows: Vec<Row>,
     /// The rollups' raw sources and the rollups themselves (see `check_rollups`).
-    rollups: [Vec<Row>; 4],
+    rollups: [Vec<Row>; 6],
 }
 
 impl Snapshot {
@@ -75,7 +75,7 @@ impl Snapshot {
 
     /// Every attempt and request by the rollups' keys (the hour cut from the UTC
     /// instant in Rust, not by the ledger), then the two rollup tables.
-    fn rollup_sql(db: &Db) -> [String; 4] {
+    fn rollup_sql(db: &Db) -> [String; 6] {
         [
             format!(
                 "SELECT {}, a.provider, r.policy, r.client, r.model, r.ingress, COALESCE(a.class, ''),
@@ -92,6 +92,20 @@ impl Snapshot {
                 db.utc("hour")
             ),
             format!(
+                "SELECT {}, a.provider, r.policy, r.model, r.ingress, COALESCE(a.class, ''),
+                        CASE WHEN a.seq > 1 THEN 'later' ELSE 'first' END, a.billing, '1',
+                        CAST(a.cost AS TEXT), CAST(a.worst_case AS TEXT)
+                 FROM attempts a JOIN requests r ON r.id = a.request_id",
+                db.utc("a.started_at")
+            ),
+            format!(
+                "SELECT {}, provider, policy, model, ingress, class,
+                        CASE WHEN later THEN 'later' ELSE 'first' END, billing, CAST(attempts AS TEXT),
+                        CAST(cost AS TEXT), CAST(worst_case AS TEXT)
+                 FROM attempts_hourly_lean",
+                db.utc("hour")
+            ),
+            format!(
                 "SELECT {}, policy, client, model, ingress, outcome, '1' FROM requests",
                 db.utc("received_at")
             ),
@@ -104,7 +118,7 @@ impl Snapshot {
 
     async fn read(db: &Db) -> Snapshot {
         let [r, a, w] = Snapshot::sql(db);
-        let [ra, ha, rr, hr] = Snapshot::rollup_sql(db);
+        let [ra, ha, la, hl, rr, hr] = Snapshot::rollup_sql(db);
         Snapshot {
             requests: db.rows(&r).await,
             attempts: db.rows(&a).await,
@@ -112,6 +126,8 @@ impl Snapshot {
             rollups: [
                 db.rows(&ra).await,
                 db.rows(&ha).await,
+                db.rows(&la).await,
+                db.rows(&hl).await,
                 db.rows(&rr).await,
                 db.rows(&hr).await,
             ],
@@ -121,7 +137,7 @@ impl Snapshot {
     fn read_sqlite(path: &Path) -> Snapshot {
         let db = Db::Sqlite(path.to_path_buf());
         let [r, a, w] = Snapshot::sql(&db);
-        let [ra, ha, rr, hr] = Snapshot::rollup_sql(&db);
+        let [ra, ha, la, hl, rr, hr] = Snapshot::rollup_sql(&db);
         Snapshot {
             requests: sqlite_rows(path, &r),
             attempts: sqlite_rows(path, &a),
@@ -129,6 +145,8 @@ impl Snapshot {
             rollups: [
                 sqlite_rows(path, &ra),
                 sqlite_rows(path, &ha),
+                sqlite_rows(path, &la),
+                sqlite_rows(path, &hl),
                 sqlite_rows(path, &rr),
                 sqlite_rows(path, &hr),
             ],
@@ -216,20 +234,25 @@ fn sums(rows: &[Row], sums: usize) -> BTreeMap<Vec<String>, Vec<Decimal>> {
 /// the rows have, with the same count and sums, and no other key (a key whose rows all
 /// moved away is removed, not left at zero).
 fn check_rollups(s: &Snapshot, engine: Engine) {
-    let [raw_attempts, attempts_hourly, raw_requests, requests_hourly] = &s.rollups;
-    let (want, have) = (sums(raw_attempts, 3), sums(attempts_hourly, 3));
-    for (k, v) in &have {
-        assert!(
-            want.contains_key(k),
-            "{engine:?}: attempts_hourly has {k:?} = {v:?}, which no attempt has"
-        );
-    }
-    for (k, v) in &want {
-        assert_eq!(
-            have.get(k),
-            Some(v),
-            "{engine:?}: attempts_hourly {k:?} differs from its attempts (count, cost, worst case)"
-        );
+    let [raw, wide, raw_lean, lean, raw_requests, requests_hourly] = &s.rollups;
+    for (table, raw, kept) in [
+        ("attempts_hourly", raw, wide),
+        ("attempts_hourly_lean", raw_lean, lean),
+    ] {
+        let (want, have) = (sums(raw, 3), sums(kept, 3));
+        for (k, v) in &have {
+            assert!(
+                want.contains_key(k),
+                "{engine:?}: {table} has {k:?} = {v:?}, which no attempt has"
+            );
+        }
+        for (k, v) in &want {
+            assert_eq!(
+                have.get(k),
+                Some(v),
+                "{engine:?}: {table} {k:?} differs from its attempts (count, cost, worst case)"
+            );
+        }
     }
     let (want, have) = (sums(raw_requests, 1), sums(requests_hourly, 1));
     assert_eq!(

@@ -256,9 +256,15 @@ pub(super) fn key_sql(by: GroupBy) -> &'static str {
     }
 }
 
+/// Spend per group, from the rollups where they answer (`spend_from`).
+pub async fn spend(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
+    spend_from(c, f, by, Source::Rollups).await
+}
+
 /// Spend per group: the whole hours of the window from the rollups, the ragged ends
-/// (and filters the rollup lacks) from the attempts.
-pub async fn spend(
+/// (and filters the rollup lacks) from the attempts; only the attempts with
+/// `Source::Rows`.
+pub async fn spend_from(
     c: &Client,
     f: &Filter,
     by: GroupBy,

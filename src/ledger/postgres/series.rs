@@ -22,9 +22,20 @@ fn unit(bucket: Bucket) -> &'static str {
     }
 }
 
-/// Spend per (bucket, group), buckets oldest first: the whole hours of the window
-/// from the rollups, the ragged ends (and filters the rollup lacks) from the rows.
+/// Spend per (bucket, group), from the rollups where they answer (`series_from`).
 pub async fn series(
+    c: &Client,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    series_from(c, f, bucket, by, Source::Rollups).await
+}
+
+/// Spend per (bucket, group), buckets oldest first: the whole hours of the window
+/// from the rollups, the ragged ends (and filters the rollup lacks) from the rows;
+/// only the rows with `Source::Rows`.
+pub async fn series_from(
     c: &Client,
     f: &Filter,
     bucket: Bucket,
@@ -92,7 +103,16 @@ async fn series_rows(
 /// As `sqlite::series::failures`: the whole hours of the window from the rollups, the
 /// rest from the rows; requests served after a failover are counted from the attempts
 /// (a success after the first).
-pub async fn failures(c: &Client, f: &Filter, source: Source) -> Result<Failures, LedgerError> {
+pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
+    failures_from(c, f, Source::Rollups).await
+}
+
+/// `failures`, from `source`.
+pub async fn failures_from(
+    c: &Client,
+    f: &Filter,
+    source: Source,
+) -> Result<Failures, LedgerError> {
     let mut tally = FailureTally::default();
     match split(f, source, attempts_rollup_filters(f)) {
         None => failed_attempt_rows(c, f, &mut tally).await?,

@@ -162,9 +162,15 @@ pub(super) fn attempt_conditions(f: &Filter) -> (Clause, bool) {
     (c, needs_request)
 }
 
+/// Spend per group, from the rollups where they answer (`spend_from`).
+pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
+    spend_from(conn, f, by, Source::Rollups)
+}
+
 /// Spend per group: the whole hours of the window from the rollups, the ragged ends
-/// (and filters the rollup lacks) from the attempts.
-pub fn spend(
+/// (and filters the rollup lacks) from the attempts; only the attempts with
+/// `Source::Rows`.
+pub fn spend_from(
     conn: &Connection,
     f: &Filter,
     by: GroupBy,

@@ -13,9 +13,20 @@ use crate::ledger::audit::{
     attempts_rollup_filters, merge_series, parse_money, requests_rollup_filters, split,
 };
 
-/// Spend per (bucket, group), buckets oldest first: the whole hours of the window
-/// from the rollups, the ragged ends (and filters the rollup lacks) from the rows.
+/// Spend per (bucket, group), from the rollups where they answer (`series_from`).
 pub fn series(
+    conn: &Connection,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    series_from(conn, f, bucket, by, Source::Rollups)
+}
+
+/// Spend per (bucket, group), buckets oldest first: the whole hours of the window
+/// from the rollups, the ragged ends (and filters the rollup lacks) from the rows;
+/// only the rows with `Source::Rows`.
+pub fn series_from(
     conn: &Connection,
     f: &Filter,
     bucket: Bucket,
@@ -94,12 +105,21 @@ fn series_rows(
         .collect())
 }
 
+/// Failures, from the rollups where they answer (`failures_from`).
+pub fn failures(conn: &Connection, f: &Filter) -> Result<Failures, LedgerError> {
+    failures_from(conn, f, Source::Rollups)
+}
+
 /// Attempts per provider and class (attempts filtered as `spend` filters them), and
 /// request outcomes (requests filtered as `requests` filters them), each from the
 /// rollups for the whole hours of the window and from the rows for the rest. Requests
 /// served after a failover are counted from the attempts (a success after the first),
 /// so the request scan needs no per-request lookup.
-pub fn failures(conn: &Connection, f: &Filter, source: Source) -> Result<Failures, LedgerError> {
+pub fn failures_from(
+    conn: &Connection,
+    f: &Filter,
+    source: Source,
+) -> Result<Failures, LedgerError> {
     let mut tally = FailureTally::default();
     match split(f, source, attempts_rollup_filters(f)) {
         None => failed_attempt_rows(conn, f, &mut tally)?,
