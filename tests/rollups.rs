@@ -302,3 +302,89 @@ async fn rollups_answer_as_the_rows_do_on_sqlite() {
 async fn rollups_answer_as_the_rows_do_on_postgres() {
     rollups_answer_as_the_rows_do(Engine::Postgres).await
 }
+
+/// A ledger written before the rollups: the migration back-fills them from its rows,
+/// in-flight and settled, across hours, exactly.
+async fn the_migration_back_fills_the_rollups(engine: Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, before) = match engine {
+        Engine::Sqlite => (Db::Sqlite(dir.path().join("ledger.db")), 8),
+        Engine::Postgres => {
+            let Some(url) = common::pg::fresh_schema("rollups_back_fill").await else {
+                return;
+            };
+            (Db::Postgres(url), 4)
+        }
+    };
+    purser::ledger::migrate_at_to(&db.target(), before)
+        .await
+        .unwrap();
+    let time_of = |t: &str| match engine {
+        Engine::Sqlite => format!("'{t}'"),
+        Engine::Postgres => format!("timestamptz '{t}'"),
+    };
+    let extra = match engine {
+        Engine::Sqlite => ("received_ms, ", "0, ", "", ""),
+        Engine::Postgres => ("", "", ", replica", ", 'r'"),
+    };
+    let (ms_col, ms_val, replica_col, replica_val) = extra;
+    let mut sql = String::new();
+    for (i, (at, outcome)) in [
+        ("2026-11-01T10:20:00.000Z", "served"),
+        ("2026-11-01T10:59:59.999Z", "served"),
+        ("2026-11-01T11:00:00.000Z", "in_flight"),
+        ("2026-11-02T23:30:00.500Z", "interrupted"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sql.push_str(&format!(
+            "INSERT INTO requests (id, received_at, {ms_col}client, policy, plan_id, model, mode, ceiling, worst_case, outcome{replica_col})
+             VALUES ('r{i}', {at}, {ms_val}'c{}', 'p', 'x', 'm', 'hard', 1, 0.1, '{outcome}'{replica_val});
+             INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, class, billing, cost, worst_case{replica_col})
+             VALUES ('r{i}', 1, 'p1', 'm', 'us', {at}, 'done', 'overloaded', 'not_billed', 0, 0.1{replica_val}),
+                    ('r{i}', 2, 'p2', 'm', 'us', {at}, '{}', {}, '{}', {}, 0.1{replica_val});",
+            i % 2,
+            if outcome == "served" { "done" } else { "interrupted" },
+            if outcome == "served" { "'success'" } else { "NULL" },
+            if outcome == "served" { "billed" } else { "maybe_billed" },
+            if outcome == "served" { "0.000123" } else { "0" },
+            at = time_of(at),
+        ));
+    }
+    let sql = match engine {
+        // SQLite keeps amounts as decimal text.
+        Engine::Sqlite => sql
+            .replace(", 1, 0.1, '", ", '1', '0.1', '")
+            .replace(", 0, 0.1)", ", '0', '0.1')")
+            .replace(", 0.000123, 0.1)", ", '0.000123', '0.1')")
+            .replace(", 0.1)", ", '0.1')"),
+        Engine::Postgres => sql,
+    };
+    exec(&db, &sql).await;
+    let (ledger, _) = Ledger::open_at(&db.target(), purser::ledger::Options::default())
+        .await
+        .unwrap();
+    assert_rollups_on(&db).await;
+    let rows = db.count("SELECT COUNT(*) FROM attempts_hourly").await;
+    assert!(rows >= 5, "{rows} rollup rows");
+    let (a, b) = (
+        ledger.spend(Filter::default(), GroupBy::Day).await.unwrap(),
+        ledger
+            .reading(Source::Rows)
+            .spend(Filter::default(), GroupBy::Day)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn the_migration_back_fills_the_rollups_on_sqlite() {
+    the_migration_back_fills_the_rollups(Engine::Sqlite).await
+}
+
+#[tokio::test]
+async fn the_migration_back_fills_the_rollups_on_postgres() {
+    the_migration_back_fills_the_rollups(Engine::Postgres).await
+}
