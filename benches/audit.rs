@@ -6,6 +6,14 @@
 //! fails over, so 10,000,000 attempts). SQLite always; PostgreSQL too when
 //! `PURSER_TEST_POSTGRES` names a server (the same rows, in a schema of their own,
 //! dropped at the end). `PURSER_BENCH_ENGINES=sqlite|postgres` runs one.
+//!
+//! The rows are written as the ledger stood before the hourly rollups (SQLite
+//! migration 0009, PostgreSQL 0005), then the ledger is opened, which migrates it and
+//! back-fills the rollups from them: the upgrade an existing ledger goes through, timed.
+//! The SQLite file is kept as `/tmp/purser-audit-bench-<requests>.db` and reused by the
+//! next run (delete it to fill again). Each page query is answered once from the raw
+//! rows (`Source::Rows`, the "rows ms" column: what it cost before the rollups) and
+//! the two answers must be equal; p50 / p95 are from the rollups.
 //! Run: cargo bench --bench audit
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
@@ -15,7 +23,17 @@ use std::time::{Duration, Instant};
 
 use purser::clock::SystemClock;
 use purser::gateway::Engine;
+use purser::ledger::audit::Source;
 use purser::ledger::{Ledger, Options};
+
+/// The first schema version with the rollups, on each engine.
+const SQLITE_ROLLUPS: u32 = 9;
+const POSTGRES_ROLLUPS: u32 = 5;
+
+/// The version a ledger had just before the rollups.
+fn before(versions: impl Iterator<Item = u32>, rollups: u32) -> u32 {
+    versions.filter(|v| *v < rollups).max().unwrap()
+}
 
 /// Every ninth request fails over: 9,000,000 requests make 10,000,000 attempts.
 const SECOND_EVERY: u64 = 9;
@@ -32,8 +50,12 @@ const ADMIN: &str = "bench-admin";
 fn fill(path: &std::path::Path, requests: u64) -> u64 {
     #[allow(non_snake_case)]
     let REQUESTS = requests;
-    drop(Ledger::open(path, Options::default()).unwrap());
     let mut c = purser::ledger::connect(path, &Options::default()).unwrap();
+    let version = before(
+        purser::ledger::MIGRATIONS.iter().map(|m| m.0),
+        SQLITE_ROLLUPS,
+    );
+    purser::ledger::migrate_to(&mut c, version).unwrap();
     let month_start = time::macros::datetime!(2026-11-01 00:00 UTC);
     let step_ms = (30 * 86_400_000) / REQUESTS as i64;
     let tx = c.transaction().unwrap();
@@ -144,15 +166,14 @@ async fn fill_postgres(base: &str, requests: u64) -> (String, String) {
         .unwrap();
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}options=-c%20search_path%3D{schema}");
-    // Migrate.
-    drop(
-        Ledger::open_at(
-            &purser::ledger::Target::Postgres(url.clone()),
-            Options::default(),
-        )
-        .await
-        .unwrap(),
+    // Migrate to the version before the rollups; opening the ledger back-fills them.
+    let version = before(
+        purser::ledger::postgres::MIGRATIONS.iter().map(|m| m.0),
+        POSTGRES_ROLLUPS,
     );
+    purser::ledger::migrate_at_to(&purser::ledger::Target::Postgres(url.clone()), version)
+        .await
+        .unwrap();
     let step_ms = (30 * 86_400_000) / requests as i64;
     let n = requests as i64;
     let providers = "ARRAY['openai-us','anthropic-eu','gemini-eu','pool-vllm']";
@@ -188,62 +209,75 @@ async fn fill_postgres(base: &str, requests: u64) -> (String, String) {
     (url, schema)
 }
 
-const QUERIES: [(&str, &str, usize); 10] = [
+/// (label, path, runs, also answered from the raw rows).
+const QUERIES: [(&str, &str, usize, bool); 11] = [
     (
         "requests?provider=openai-us&limit=100",
         "/requests?provider=openai-us&limit=100",
         30,
+        false,
     ),
     (
         "requests?provider=rare-provider&limit=100 (0.5%)",
         "/requests?provider=rare-provider&limit=100",
         30,
+        false,
     ),
     (
         "requests?policy=policy-3&limit=100",
         "/requests?policy=policy-3&limit=100",
         30,
+        false,
     ),
     (
         "page: requests?limit=50 (first page)",
         "/requests?limit=50",
         30,
+        false,
     ),
-    ("page: budgets", "/budgets", 30),
+    ("page: budgets", "/budgets", 30, false),
     (
         "page: spend?group_by=provider, month (totals)",
         "/spend?group_by=provider&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
         5,
+        true,
     ),
     (
         "spend?group_by=day, month",
         "/spend?group_by=day&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
         5,
+        true,
     ),
     (
         "page: spend/series?bucket=day&group_by=provider",
         "/spend/series?bucket=day&group_by=provider&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
         5,
+        true,
     ),
     (
         "page: spend/series?bucket=day&group_by=policy",
         "/spend/series?bucket=day&group_by=policy&since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
         5,
+        true,
     ),
     (
         "page: failures, month",
         "/failures?since=2026-11-01T00:00:00Z&until=2026-12-01T00:00:00Z",
         5,
+        true,
+    ),
+    (
+        "page: spend?group_by=provider, month cut mid-hour",
+        "/spend?group_by=provider&since=2026-11-01T00:30:00Z&until=2026-11-30T23:30:00Z",
+        5,
+        true,
     ),
 ];
 
-async fn measure(engine: &str, ledger: Ledger) {
-    let plan = purser::policy::compile_dir(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("policies")
-            .as_path(),
-    )
-    .unwrap();
+async fn serve(
+    plan: purser::policy::Plan,
+    ledger: Ledger,
+) -> (String, tokio::task::JoinHandle<()>) {
     let engine_ = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -254,22 +288,52 @@ async fn measure(engine: &str, ledger: Ledger) {
             ..purser::http::Options::default()
         },
     );
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (format!("http://{addr}/audit/v1"), server)
+}
+
+async fn measure(engine: &str, ledger: Ledger) {
+    let plan = purser::policy::compile_dir(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("policies")
+            .as_path(),
+    )
+    .unwrap();
+    let (base, server) = serve(plan.clone(), ledger.reading(Source::Rollups)).await;
+    let (rows_base, rows_server) = serve(plan, ledger.reading(Source::Rows)).await;
     let client = reqwest::Client::new();
-    let base = format!("http://{addr}/audit/v1");
     println!(
-        "{:<10} {:<52} {:>9} {:>9} {:>9}",
-        "engine", "query", "p50 ms", "p95 ms", "bytes"
+        "{:<10} {:<52} {:>9} {:>9} {:>9} {:>9}",
+        "engine", "query", "rows ms", "p50 ms", "p95 ms", "bytes"
     );
-    for (label, path, runs) in QUERIES {
+    for (label, path, runs, rows) in QUERIES {
         let (p50, p95, bytes) = time_get(&client, &format!("{base}{path}"), runs).await;
+        let before = if rows {
+            let t = Instant::now();
+            let from_rows = get(&client, &format!("{rows_base}{path}")).await;
+            let took = t.elapsed();
+            let from_rollups = get(&client, &format!("{base}{path}")).await;
+            assert_eq!(from_rollups, from_rows, "{path}: rollups and rows differ");
+            format!("{:.0}", took.as_secs_f64() * 1e3)
+        } else {
+            "-".to_string()
+        };
         println!(
-            "{engine:<10} {label:<52} {:>9.2} {:>9.2} {bytes:>9}",
+            "{engine:<10} {label:<52} {before:>9} {:>9.2} {:>9.2} {bytes:>9}",
             p50.as_secs_f64() * 1e3,
             p95.as_secs_f64() * 1e3
         );
     }
     server.abort();
+    rows_server.abort();
+}
+
+async fn get(client: &reqwest::Client, url: &str) -> bytes::Bytes {
+    let r = client.get(url).bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{url}");
+    r.bytes().await.unwrap()
 }
 
 #[tokio::main]
@@ -278,14 +342,26 @@ async fn main() {
     let engines =
         std::env::var("PURSER_BENCH_ENGINES").unwrap_or_else(|_| "sqlite,postgres".into());
     if engines.contains("sqlite") {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("audit-bench.db");
-        let t = Instant::now();
-        let attempts = fill(&db, requests);
-        println!(
-            "sqlite: filled {attempts} attempts ({requests} requests) in {:.1} s",
-            t.elapsed().as_secs_f64()
-        );
+        let db = std::env::temp_dir().join(format!("purser-audit-bench-{requests}.db"));
+        if db.exists() {
+            println!("sqlite: reusing {}", db.display());
+        } else {
+            let partial = db.with_extension("partial");
+            let _ = std::fs::remove_file(&partial);
+            let t = Instant::now();
+            let attempts = fill(&partial, requests);
+            println!(
+                "sqlite: filled {attempts} attempts ({requests} requests) in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            let t = Instant::now();
+            drop(Ledger::open(&partial, Options::default()).unwrap());
+            println!(
+                "sqlite: migrated, rollups back-filled, in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            std::fs::rename(&partial, &db).unwrap();
+        }
         let (ledger, _) = Ledger::open(&db, Options::default()).unwrap();
         measure("sqlite", ledger).await;
     }
@@ -298,10 +374,15 @@ async fn main() {
                     "postgres: filled {requests} requests in {:.1} s",
                     t.elapsed().as_secs_f64()
                 );
+                let t = Instant::now();
                 let (ledger, _) =
                     Ledger::open_at(&purser::ledger::Target::Postgres(url), Options::default())
                         .await
                         .unwrap();
+                println!(
+                    "postgres: migrated, rollups back-filled, in {:.1} s",
+                    t.elapsed().as_secs_f64()
+                );
                 measure("postgres", ledger).await;
                 let (client, conn) = tokio_postgres::connect(&base, tokio_postgres::NoTls)
                     .await

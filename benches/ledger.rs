@@ -5,6 +5,8 @@
 //! With `PURSER_BENCH_POSTGRES` (or `PURSER_TEST_POSTGRES`) set to a PostgreSQL URL, the
 //! same scenarios run with the ledger on PostgreSQL too (one replica, a fresh schema
 //! per run), after the SQLite figures of the same run.
+//! `PURSER_BENCH_NO_ROLLUPS=1` drops the spend page's rollup triggers after opening
+//! each ledger: what keeping the rollups costs the writer, by difference.
 //! Run: cargo bench --bench ledger
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
@@ -115,6 +117,26 @@ impl Drop for Scratch {
     }
 }
 
+fn no_rollups() -> bool {
+    std::env::var("PURSER_BENCH_NO_ROLLUPS").is_ok_and(|v| v == "1")
+}
+
+/// `DROP TRIGGER` for each rollup trigger; `on` names the table where PostgreSQL wants it.
+fn drop_rollups(on: &str) -> String {
+    [
+        "attempts_hourly_insert",
+        "attempts_hourly_update",
+        "attempts_hourly_delete",
+        "requests_hourly_insert",
+        "requests_hourly_update",
+        "requests_hourly_delete",
+    ]
+    .iter()
+    .map(|t| format!("DROP TRIGGER {t}{on};"))
+    .collect::<Vec<_>>()
+    .join(" ")
+}
+
 async fn open(engine: &Engine) -> (Ledger, Scratch) {
     match engine {
         Engine::Sqlite(sync) => {
@@ -124,6 +146,12 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
                 ..Options::default()
             };
             let (l, _) = Ledger::open(&dir.path().join("bench.db"), opts).unwrap();
+            if no_rollups() {
+                purser::ledger::connect(&dir.path().join("bench.db"), &Options::default())
+                    .unwrap()
+                    .execute_batch(&drop_rollups(""))
+                    .unwrap();
+            }
             (l, Scratch::Dir(dir))
         }
         Engine::Postgres(base) => {
@@ -146,6 +174,27 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
                 ..Options::default()
             };
             let (l, _) = Ledger::open_at(&Target::Postgres(url), opts).await.unwrap();
+            if no_rollups() {
+                client
+                    .batch_execute(&format!(
+                        "SET search_path = {schema}; {}",
+                        drop_rollups(" ON attempts")
+                            .replace(
+                                "requests_hourly_insert ON attempts",
+                                "requests_hourly_insert ON requests"
+                            )
+                            .replace(
+                                "requests_hourly_update ON attempts",
+                                "requests_hourly_update ON requests"
+                            )
+                            .replace(
+                                "requests_hourly_delete ON attempts",
+                                "requests_hourly_delete ON requests"
+                            )
+                    ))
+                    .await
+                    .unwrap();
+            }
             (
                 l,
                 Scratch::Schema {

@@ -17,25 +17,32 @@
 -- interrupted (as `INTERRUPT_ONE` leaves it). Read through `attempts_by_start`.
 CREATE FUNCTION purser_adoptable(p_policy text, p_period text, p_start timestamptz)
 RETURNS TABLE (id text, in_flight boolean, periods text[], amount numeric)
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $f$
+BEGIN
+    -- Through EXECUTE, planned with the window's actual bounds (as 0005 does for
+    -- `purser_charged`): a SQL function's parameters are no constants to the planner,
+    -- which then joins every attempt of a big ledger.
+    RETURN QUERY EXECUTE $q$
     SELECT q.id, q.outcome = 'in_flight',
-           array_append(COALESCE(q.reserved_periods, '{}'), p_period),
+           array_append(COALESCE(q.reserved_periods, '{}'), $2),
            CASE WHEN q.reserved_periods IS NULL AND q.outcome = 'interrupted'
                 THEN sum(CASE a.billing WHEN 'billed' THEN a.cost
                                         WHEN 'maybe_billed' THEN a.worst_case ELSE 0 END)
                 ELSE COALESCE(q.reserved_amount, q.worst_case) END
     FROM attempts a
     JOIN requests q ON q.id = a.request_id
-    WHERE a.started_at >= p_start
-      AND q.policy = p_policy
-      AND q.received_at >= p_start
-      AND q.received_at < p_start + ('1 ' || p_period)::interval
+    WHERE a.started_at >= $3
+      AND q.policy = $1
+      AND q.received_at >= $3
+      AND q.received_at < $3 + ('1 ' || $2)::interval
       AND q.outcome IN ('in_flight', 'interrupted')
-      AND NOT (p_period = ANY (COALESCE(q.reserved_periods, '{}')))
+      AND NOT ($2 = ANY (COALESCE(q.reserved_periods, '{}')))
     GROUP BY q.ledger_seq
     HAVING q.outcome = 'in_flight' OR q.reserved_periods IS NOT NULL
         OR bool_or(a.state = 'interrupted' AND a.billing = 'maybe_billed')
-$$;
+    $q$ USING p_policy, p_period, p_start;
+END
+$f$;
 
 -- Make them holders; answers what those in flight hold (for the window's `reserved`).
 CREATE FUNCTION purser_adopt(p_policy text, p_period text, p_start timestamptz)
@@ -56,7 +63,12 @@ $$;
 -- attempts' billed costs plus the worst case of each that may have been billed. The
 -- same figure before and after `purser_adopt`.
 CREATE OR REPLACE FUNCTION purser_charged(p_policy text, p_period text, p_start timestamptz)
-RETURNS numeric LANGUAGE sql STABLE AS $$
+RETURNS numeric LANGUAGE plpgsql STABLE AS $f$
+DECLARE
+    total numeric;
+BEGIN
+    -- Through EXECUTE, as version 5 made it: planned with the window's bounds.
+    EXECUTE $q$
     SELECT COALESCE(sum(c), 0) FROM (
         SELECT CASE
                  WHEN q.outcome = 'in_flight' THEN 0
@@ -67,13 +79,16 @@ RETURNS numeric LANGUAGE sql STABLE AS $$
                END AS c
         FROM attempts a
         JOIN requests q ON q.id = a.request_id
-        WHERE a.started_at >= p_start
-          AND q.policy = p_policy
-          AND q.received_at >= p_start
-          AND q.received_at < p_start + ('1 ' || p_period)::interval
+        WHERE a.started_at >= $3
+          AND q.policy = $1
+          AND q.received_at >= $3
+          AND q.received_at < $3 + ('1 ' || $2)::interval
         GROUP BY q.ledger_seq
     ) s
-$$;
+    $q$ INTO total USING p_policy, p_period, p_start;
+    RETURN total;
+END
+$f$;
 
 -- Create the window from the ledger if it does not exist (with `p_limit`), else count
 -- it again (`Op::ReseedWindows`: its old holders are in `reserved` already, the

@@ -344,3 +344,273 @@ impl SpendRow {
         Ok(())
     }
 }
+
+/// Where a spend-page query reads: the hourly rollups the writers keep (migration
+/// `0009_rollups` / PostgreSQL `0005_rollups`) for the whole hours of its window, or
+/// the raw rows only. Both give the same answer to the last decimal; `Rows` is there
+/// to prove it (`tests/rollups.rs`) and to measure what the rollups save.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Source {
+    #[default]
+    Rollups,
+    Rows,
+}
+
+/// How a filter's window divides between the rollups and the raw rows: the whole UTC
+/// hours `[from, to)` (`None`: unbounded on that side) from the rollups, and the ragged
+/// head and tail (the parts of an hour a bound cuts) from the rows, as filters of
+/// their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub from: Option<Instant>,
+    pub to: Option<Instant>,
+    pub ragged: Vec<Filter>,
+}
+
+/// The start of the UTC hour holding `t`.
+fn hour_floor(t: time::OffsetDateTime) -> time::OffsetDateTime {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    t.replace_time(time::Time::MIDNIGHT) + time::Duration::hours(i64::from(t.hour()))
+}
+
+/// The start of the first whole UTC hour at or after `t`.
+fn hour_ceil(t: time::OffsetDateTime) -> time::OffsetDateTime {
+    let floor = hour_floor(t);
+    if floor == t {
+        floor
+    } else {
+        floor + time::Duration::HOUR
+    }
+}
+
+/// What of `f`'s window the rollups can answer. `None` when they cannot answer any of
+/// it: a filter the rollup has no column for (`rollup_can_filter` says which), or a
+/// window holding no whole hour. Attempts are placed by when they started, requests by
+/// when they were received; both rollups keep the hour of that instant.
+pub fn split(f: &Filter, source: Source, rollup_can_filter: bool) -> Option<Split> {
+    match source {
+        Source::Rows => return None,
+        Source::Rollups => {}
+    }
+    if !rollup_can_filter {
+        return None;
+    }
+    let from = f.since.as_ref().map(|s| hour_ceil(s.at));
+    let to = f.until.as_ref().map(|u| hour_floor(u.at));
+    if let (Some(a), Some(b)) = (from, to)
+        && a >= b
+    {
+        return None;
+    }
+    let mut ragged = Vec::new();
+    if let (Some(s), Some(a)) = (&f.since, from)
+        && s.at != a
+    {
+        ragged.push(Filter {
+            until: Some(Instant::new(a)),
+            ..f.clone()
+        });
+    }
+    if let (Some(u), Some(b)) = (&f.until, to)
+        && u.at != b
+    {
+        ragged.push(Filter {
+            since: Some(Instant::new(b)),
+            ..f.clone()
+        });
+    }
+    Some(Split {
+        from: from.map(Instant::new),
+        to: to.map(Instant::new),
+        ragged,
+    })
+}
+
+/// Whether the attempts rollup can apply `f`: it keeps every filtered column of an
+/// attempt and its request except the request's outcome. (An in-flight attempt is kept
+/// under class '', which no filter may name.)
+pub fn attempts_rollup_filters(f: &Filter) -> bool {
+    f.outcome.is_none() && f.class.as_deref() != Some("")
+}
+
+/// Whether the requests rollup can apply `f`: provider and class are the attempts'.
+pub fn requests_rollup_filters(f: &Filter) -> bool {
+    f.provider.is_none() && f.class.is_none()
+}
+
+impl SpendRow {
+    /// Fold `other` (the same group, from another part of the window) into this row.
+    pub(super) fn merge(&mut self, other: &SpendRow) -> Result<(), LedgerError> {
+        let overflow = || LedgerError::Corrupt("spend total overflows a decimal".into());
+        self.attempts += other.attempts;
+        self.billed += other.billed;
+        self.maybe_billed += other.maybe_billed;
+        self.not_billed += other.not_billed;
+        self.cost = self.cost.checked_add(other.cost).ok_or_else(overflow)?;
+        self.maybe_billed_cost = self
+            .maybe_billed_cost
+            .checked_add(other.maybe_billed_cost)
+            .ok_or_else(overflow)?;
+        Ok(())
+    }
+}
+
+/// Spend rows of several parts of a window, one row per group, in key order.
+pub(super) fn merge_spend(
+    parts: impl IntoIterator<Item = Vec<SpendRow>>,
+) -> Result<Vec<SpendRow>, LedgerError> {
+    let mut groups: std::collections::BTreeMap<String, SpendRow> = Default::default();
+    for row in parts.into_iter().flatten() {
+        match groups.get_mut(&row.key) {
+            Some(g) => g.merge(&row)?,
+            None => {
+                groups.insert(row.key.clone(), row);
+            }
+        }
+    }
+    Ok(groups.into_values().collect())
+}
+
+/// Series rows of several parts of a window, one per (bucket, group), oldest first.
+pub(super) fn merge_series(
+    parts: impl IntoIterator<Item = Vec<SeriesRow>>,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    let mut cells: std::collections::BTreeMap<(String, String), SeriesRow> = Default::default();
+    for row in parts.into_iter().flatten() {
+        let key = (row.bucket.clone(), row.spend.key.clone());
+        match cells.get_mut(&key) {
+            Some(c) => c.spend.merge(&row.spend)?,
+            None => {
+                cells.insert(key, row);
+            }
+        }
+    }
+    Ok(cells.into_values().collect())
+}
+
+/// Attempt counts per (provider, class, after the first attempt), and requests per
+/// outcome: what `failures` adds up from each part of a window.
+#[derive(Debug, Default)]
+pub(super) struct FailureTally {
+    attempts: std::collections::BTreeMap<(String, String), u64>,
+    after_failover: u64,
+    requests: RequestCounts,
+}
+
+impl FailureTally {
+    pub(super) fn attempts(&mut self, provider: &str, class: &str, later: bool, n: u64) {
+        if later && class == "success" {
+            self.after_failover += n;
+        }
+        *self
+            .attempts
+            .entry((provider.to_string(), class.to_string()))
+            .or_default() += n;
+    }
+
+    pub(super) fn requests(&mut self, outcome: &str, n: u64) -> Result<(), LedgerError> {
+        self.requests.add(outcome, n)
+    }
+
+    pub(super) fn done(self) -> Failures {
+        Failures {
+            attempts: self
+                .attempts
+                .into_iter()
+                .map(|((provider, class), attempts)| FailureRow {
+                    provider,
+                    class,
+                    attempts,
+                })
+                .collect(),
+            requests: RequestCounts {
+                served_after_failover: self.after_failover,
+                ..self.requests
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Instant {
+        Instant::new(
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .unwrap_or(time::OffsetDateTime::UNIX_EPOCH),
+        )
+    }
+
+    #[test]
+    fn a_window_splits_into_whole_hours_and_ragged_ends() {
+        let f = Filter {
+            since: Some(at("2026-11-01T10:20:00Z")),
+            until: Some(at("2026-11-01T13:05:00.5Z")),
+            ..Filter::default()
+        };
+        let s = split(&f, Source::Rollups, true);
+        assert_eq!(
+            s.as_ref()
+                .and_then(|s| s.from.as_ref())
+                .map(|i| i.text.as_str()),
+            Some("2026-11-01T11:00:00.000Z")
+        );
+        assert_eq!(
+            s.as_ref()
+                .and_then(|s| s.to.as_ref())
+                .map(|i| i.text.as_str()),
+            Some("2026-11-01T13:00:00.000Z")
+        );
+        let ragged: Vec<_> = s
+            .map(|s| s.ragged)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| (r.since.map(|i| i.text), r.until.map(|i| i.text)))
+            .collect();
+        assert_eq!(
+            ragged,
+            [
+                (
+                    Some("2026-11-01T10:20:00.000Z".to_string()),
+                    Some("2026-11-01T11:00:00.000Z".to_string())
+                ),
+                (
+                    Some("2026-11-01T13:00:00.000Z".to_string()),
+                    Some("2026-11-01T13:05:00.500Z".to_string())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn whole_hours_and_open_ends_need_no_rows() {
+        let f = Filter {
+            since: Some(at("2026-11-01T00:00:00Z")),
+            ..Filter::default()
+        };
+        let s = split(&f, Source::Rollups, true);
+        assert!(
+            s.as_ref()
+                .is_some_and(|s| s.ragged.is_empty() && s.to.is_none())
+        );
+        assert!(split(&Filter::default(), Source::Rollups, true).is_some());
+    }
+
+    #[test]
+    fn no_whole_hour_or_an_unkept_filter_reads_the_rows() {
+        let f = Filter {
+            since: Some(at("2026-11-01T10:20:00Z")),
+            until: Some(at("2026-11-01T11:10:00Z")),
+            ..Filter::default()
+        };
+        assert_eq!(split(&f, Source::Rollups, true), None);
+        assert_eq!(split(&Filter::default(), Source::Rollups, false), None);
+        assert_eq!(split(&Filter::default(), Source::Rows, true), None);
+        let f = Filter {
+            outcome: Some(RequestOutcome::Interrupted),
+            ..Filter::default()
+        };
+        assert!(!attempts_rollup_filters(&f));
+    }
+}

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 
 use super::audit::{
     AttemptLine, Bucket, BudgetState, Cursor, Failures, Filter, GroupBy, RequestPage, SeriesRow,
-    SpendRow,
+    Source, SpendRow,
 };
 use super::read::{BudgetRow, RequestRow};
 use super::recorded::{BATCH, Recorded, Span};
@@ -24,6 +24,8 @@ use crate::policy::plan::Budget;
 #[derive(Clone)]
 pub struct Ledger {
     engine: Arc<Engine>,
+    /// Where the spend page's totals are read (the rollups unless a test asks).
+    source: Source,
 }
 
 enum Engine {
@@ -73,6 +75,17 @@ impl Ledger {
     fn wrap(engine: Engine) -> Ledger {
         Ledger {
             engine: Arc::new(engine),
+            source: Source::default(),
+        }
+    }
+
+    /// The same ledger, answering `spend`, `series` and `failures` from `source`: with
+    /// `Source::Rows` from the raw rows alone, to check the rollups against them and to
+    /// measure what they save.
+    pub fn reading(&self, source: Source) -> Ledger {
+        Ledger {
+            engine: Arc::clone(&self.engine),
+            source,
         }
     }
 
@@ -284,8 +297,14 @@ impl Ledger {
 
     pub async fn spend(&self, f: Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
         match &*self.engine {
-            Engine::Sqlite(s) => s.read(move |c| sqlite::audit::spend(c, &f, by)).await,
-            Engine::Postgres(s) => postgres::read::spend(&s.reader().await?, &f, by).await,
+            Engine::Sqlite(s) => {
+                let source = self.source;
+                s.read(move |c| sqlite::audit::spend_from(c, &f, by, source))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::read::spend_from(&s.reader().await?, &f, by, self.source).await
+            }
         }
     }
 
@@ -298,11 +317,12 @@ impl Ledger {
     ) -> Result<Vec<SeriesRow>, LedgerError> {
         match &*self.engine {
             Engine::Sqlite(s) => {
-                s.read(move |c| sqlite::series::series(c, &f, bucket, by))
+                let source = self.source;
+                s.read(move |c| sqlite::series::series_from(c, &f, bucket, by, source))
                     .await
             }
             Engine::Postgres(s) => {
-                postgres::series::series(&s.reader().await?, &f, bucket, by).await
+                postgres::series::series_from(&s.reader().await?, &f, bucket, by, self.source).await
             }
         }
     }
@@ -310,8 +330,14 @@ impl Ledger {
     /// Attempts per provider and class, and how requests ended (the failure panel).
     pub async fn failures(&self, f: Filter) -> Result<Failures, LedgerError> {
         match &*self.engine {
-            Engine::Sqlite(s) => s.read(move |c| sqlite::series::failures(c, &f)).await,
-            Engine::Postgres(s) => postgres::series::failures(&s.reader().await?, &f).await,
+            Engine::Sqlite(s) => {
+                let source = self.source;
+                s.read(move |c| sqlite::series::failures_from(c, &f, source))
+                    .await
+            }
+            Engine::Postgres(s) => {
+                postgres::series::failures_from(&s.reader().await?, &f, self.source).await
+            }
         }
     }
 
@@ -449,6 +475,18 @@ fn default_replica_id() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "purser".to_string())
+}
+
+/// Apply the migrations at `target` up to `version` and stop; the version reached.
+/// Tests and the audit bench build a ledger as an earlier version left it this way.
+pub async fn migrate_at_to(target: &Target, version: u32) -> Result<u32, LedgerError> {
+    match target {
+        Target::Sqlite(path) => {
+            let mut conn = sqlite::connect(path, &Options::default())?;
+            sqlite::migrate::migrate_to(&mut conn, version)
+        }
+        Target::Postgres(url) => postgres::Store::migrate_to(url, version).await,
+    }
 }
 
 /// Apply the migrations at `target` and stop (`purser migrate`); the version reached.

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use handle::{Ledger, backup, migrate_at, settle_at};
+pub use handle::{Ledger, backup, migrate_at, migrate_at_to, settle_at};
 pub use op::Op;
 pub use sqlite::migrate::{MIGRATIONS, latest as latest_version, migrate_to};
 pub use sqlite::{backup_file, connect, settle_file};

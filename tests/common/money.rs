@@ -50,6 +50,8 @@ struct Snapshot {
     attempts: Vec<Row>,
     /// policy, period, window_start (UTC), limit, spent, reserved.
     windows: Vec<Row>,
+    /// The rollups' raw sources and the rollups themselves (see `check_rollups`).
+    rollups: [Vec<Row>; 6],
 }
 
 impl Snapshot {
@@ -71,21 +73,83 @@ impl Snapshot {
         ]
     }
 
+    /// Every attempt and request by the rollups' keys (the hour cut from the UTC
+    /// instant in Rust, not by the ledger), then the two rollup tables.
+    fn rollup_sql(db: &Db) -> [String; 6] {
+        [
+            format!(
+                "SELECT {}, a.provider, r.policy, r.client, r.model, r.ingress, COALESCE(a.class, ''),
+                        CASE WHEN a.seq > 1 THEN 'later' ELSE 'first' END, a.billing, '1',
+                        CAST(a.cost AS TEXT), CAST(a.worst_case AS TEXT)
+                 FROM attempts a JOIN requests r ON r.id = a.request_id",
+                db.utc("a.started_at")
+            ),
+            format!(
+                "SELECT {}, provider, policy, client, model, ingress, class,
+                        CASE WHEN later THEN 'later' ELSE 'first' END, billing, CAST(attempts AS TEXT),
+                        CAST(cost AS TEXT), CAST(worst_case AS TEXT)
+                 FROM attempts_hourly",
+                db.utc("hour")
+            ),
+            format!(
+                "SELECT {}, a.provider, r.policy, r.model, r.ingress, COALESCE(a.class, ''),
+                        CASE WHEN a.seq > 1 THEN 'later' ELSE 'first' END, a.billing, '1',
+                        CAST(a.cost AS TEXT), CAST(a.worst_case AS TEXT)
+                 FROM attempts a JOIN requests r ON r.id = a.request_id",
+                db.utc("a.started_at")
+            ),
+            format!(
+                "SELECT {}, provider, policy, model, ingress, class,
+                        CASE WHEN later THEN 'later' ELSE 'first' END, billing, CAST(attempts AS TEXT),
+                        CAST(cost AS TEXT), CAST(worst_case AS TEXT)
+                 FROM attempts_hourly_lean",
+                db.utc("hour")
+            ),
+            format!(
+                "SELECT {}, policy, client, model, ingress, outcome, '1' FROM requests",
+                db.utc("received_at")
+            ),
+            format!(
+                "SELECT {}, policy, client, model, ingress, outcome, CAST(requests AS TEXT) FROM requests_hourly",
+                db.utc("hour")
+            ),
+        ]
+    }
+
     async fn read(db: &Db) -> Snapshot {
         let [r, a, w] = Snapshot::sql(db);
+        let [ra, ha, la, hl, rr, hr] = Snapshot::rollup_sql(db);
         Snapshot {
             requests: db.rows(&r).await,
             attempts: db.rows(&a).await,
             windows: db.rows(&w).await,
+            rollups: [
+                db.rows(&ra).await,
+                db.rows(&ha).await,
+                db.rows(&la).await,
+                db.rows(&hl).await,
+                db.rows(&rr).await,
+                db.rows(&hr).await,
+            ],
         }
     }
 
     fn read_sqlite(path: &Path) -> Snapshot {
-        let [r, a, w] = Snapshot::sql(&Db::Sqlite(path.to_path_buf()));
+        let db = Db::Sqlite(path.to_path_buf());
+        let [r, a, w] = Snapshot::sql(&db);
+        let [ra, ha, la, hl, rr, hr] = Snapshot::rollup_sql(&db);
         Snapshot {
             requests: sqlite_rows(path, &r),
             attempts: sqlite_rows(path, &a),
             windows: sqlite_rows(path, &w),
+            rollups: [
+                sqlite_rows(path, &ra),
+                sqlite_rows(path, &ha),
+                sqlite_rows(path, &la),
+                sqlite_rows(path, &hl),
+                sqlite_rows(path, &rr),
+                sqlite_rows(path, &hr),
+            ],
         }
     }
 }
@@ -130,6 +194,12 @@ pub async fn assert_money_invariants_after_reloads_on(
     )
 }
 
+/// Only "the rollups equal the raw rows", for a test that moved rows in time (which
+/// the budget invariants, keyed by window, do not allow).
+pub async fn assert_rollups_on(db: &Db) {
+    check_rollups(&Snapshot::read(db).await, db.engine())
+}
+
 /// Whether budgets changed during the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Limits {
@@ -139,7 +209,60 @@ enum Limits {
     Reloaded,
 }
 
+/// Sums per key: the key is every column but the last `sums`, which are added (the
+/// first as a count, the rest as exact decimals), the hour cut to `YYYY-MM-DDTHH`.
+fn sums(rows: &[Row], sums: usize) -> BTreeMap<Vec<String>, Vec<Decimal>> {
+    let mut out: BTreeMap<Vec<String>, Vec<Decimal>> = BTreeMap::new();
+    for r in rows {
+        let cut = r.len() - sums;
+        let mut key: Vec<String> = (0..cut).map(|i| text(r, i).to_string()).collect();
+        key[0].truncate(13);
+        let acc = out.entry(key).or_insert_with(|| vec![Decimal::ZERO; sums]);
+        for (i, a) in acc.iter_mut().enumerate() {
+            *a += dec(text(r, cut + i));
+        }
+    }
+    for v in out.values_mut() {
+        for d in v.iter_mut() {
+            *d = d.normalize();
+        }
+    }
+    out
+}
+
+/// The hourly rollups equal the raw rows they total, to the last decimal: every key
+/// the rows have, with the same count and sums, and no other key (a key whose rows all
+/// moved away is removed, not left at zero).
+fn check_rollups(s: &Snapshot, engine: Engine) {
+    let [raw, wide, raw_lean, lean, raw_requests, requests_hourly] = &s.rollups;
+    for (table, raw, kept) in [
+        ("attempts_hourly", raw, wide),
+        ("attempts_hourly_lean", raw_lean, lean),
+    ] {
+        let (want, have) = (sums(raw, 3), sums(kept, 3));
+        for (k, v) in &have {
+            assert!(
+                want.contains_key(k),
+                "{engine:?}: {table} has {k:?} = {v:?}, which no attempt has"
+            );
+        }
+        for (k, v) in &want {
+            assert_eq!(
+                have.get(k),
+                Some(v),
+                "{engine:?}: {table} {k:?} differs from its attempts (count, cost, worst case)"
+            );
+        }
+    }
+    let (want, have) = (sums(raw_requests, 1), sums(requests_hourly, 1));
+    assert_eq!(
+        have, want,
+        "{engine:?}: requests_hourly differs from the requests it counts"
+    );
+}
+
 fn check(s: &Snapshot, engine: Engine, vendors: &Vendors, providers: &[&str], limits: Limits) {
+    check_rollups(s, engine);
     for a in &s.attempts {
         assert_ne!(
             text(a, 3),

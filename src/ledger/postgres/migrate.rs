@@ -7,7 +7,7 @@ use deadpool_postgres::Client;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 6] = [
+pub const MIGRATIONS: [(u32, &str, &str); 7] = [
     (
         1,
         "0001_init",
@@ -28,7 +28,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 6] = [
         "0004_request_shape",
         include_str!("../../../migrations/postgres/0004_request_shape.sql"),
     ),
-    // 5 is assigned to the rollups (#25).
+    (
+        5,
+        "0005_rollups",
+        include_str!("../../../migrations/postgres/0005_rollups.sql"),
+    ),
     (
         6,
         "0006_cache_tokens",
@@ -69,14 +73,20 @@ pub async fn current_version(client: &Client) -> Result<u32, LedgerError> {
 
 /// Apply every migration above the database's version; refuse a newer database.
 pub async fn migrate(client: &mut Client) -> Result<u32, LedgerError> {
+    migrate_to(client, latest()).await
+}
+
+/// Apply every migration above the database's version, up to `target` (tests and
+/// benches build a ledger as an earlier version left it).
+pub async fn migrate_to(client: &mut Client, target: u32) -> Result<u32, LedgerError> {
     client.batch_execute(LOCK).await?;
-    let result = migrate_locked(client).await;
+    let result = migrate_locked(client, target).await;
     // A failed unlock only matters while this session lives; the pool drops a broken one.
     let _ = client.batch_execute(UNLOCK).await;
     result
 }
 
-async fn migrate_locked(client: &mut Client) -> Result<u32, LedgerError> {
+async fn migrate_locked(client: &mut Client, target: u32) -> Result<u32, LedgerError> {
     let have = current_version(client).await?;
     if have > latest() {
         return Err(LedgerError::TooNew {
@@ -85,7 +95,7 @@ async fn migrate_locked(client: &mut Client) -> Result<u32, LedgerError> {
         });
     }
     for (version, name, sql) in MIGRATIONS {
-        if version <= have {
+        if version <= have || version > target {
             continue;
         }
         let tx = client.transaction().await?;

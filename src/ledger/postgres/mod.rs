@@ -12,6 +12,7 @@ mod lease;
 mod migrate;
 pub mod read;
 pub mod recorded;
+mod rollup;
 pub mod series;
 mod sql;
 mod window;
@@ -155,6 +156,13 @@ impl Store {
         let pool = pool(url, 1)?;
         let mut c = client(&pool).await?;
         migrate::migrate(&mut c).await
+    }
+
+    /// Apply the migrations up to `version` and stop.
+    pub async fn migrate_to(url: &str, version: u32) -> Result<u32, LedgerError> {
+        let pool = pool(url, 1)?;
+        let mut c = client(&pool).await?;
+        migrate::migrate_to(&mut c, version).await
     }
 
     /// Whether the last group reached PostgreSQL and this replica holds its lease.

@@ -11,7 +11,8 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use crate::ledger::audit::{
-    AttemptLine, BudgetState, Cursor, Filter, GroupBy, MAX_LIMIT, RequestPage, SpendRow,
+    AttemptLine, BudgetState, Cursor, Filter, GroupBy, MAX_LIMIT, RequestPage, Source, SpendRow,
+    attempts_rollup_filters, merge_spend, split,
 };
 use crate::ledger::read::{AttemptRow, BudgetRow, RequestRow};
 use crate::ledger::{LedgerError, StoredTurn, rfc3339};
@@ -261,8 +262,34 @@ pub(super) fn key_sql(by: GroupBy) -> &'static str {
     }
 }
 
-/// Spend per group, summed by PostgreSQL in NUMERIC (exact).
+/// Spend per group, from the rollups where they answer (`spend_from`).
 pub async fn spend(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
+    spend_from(c, f, by, Source::Rollups).await
+}
+
+/// Spend per group: the whole hours of the window from the rollups, the ragged ends
+/// (and filters the rollup lacks) from the attempts; only the attempts with
+/// `Source::Rows`.
+pub async fn spend_from(
+    c: &Client,
+    f: &Filter,
+    by: GroupBy,
+    source: Source,
+) -> Result<Vec<SpendRow>, LedgerError> {
+    match split(f, source, attempts_rollup_filters(f)) {
+        None => spend_rows(c, f, by).await,
+        Some(s) => {
+            let mut parts = vec![super::rollup::spend(c, &s, f, by).await?];
+            for r in &s.ragged {
+                parts.push(spend_rows(c, r, by).await?);
+            }
+            merge_spend(parts)
+        }
+    }
+}
+
+/// Spend per group from the attempts, summed by PostgreSQL in NUMERIC (exact).
+async fn spend_rows(c: &Client, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
     let (w, mut join) = attempt_conditions(f);
     join |= matches!(
         by,

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use deadpool_postgres::Client;
 
 use super::read::{Clause, attempt_conditions, key_sql, request_conditions};
+use super::rollup;
 use crate::ledger::LedgerError;
 use crate::ledger::audit::{
-    Bucket, FailureRow, Failures, Filter, GroupBy, RequestCounts, SeriesRow, SpendRow,
+    Bucket, FailureTally, Failures, Filter, GroupBy, SeriesRow, Source, SpendRow,
+    attempts_rollup_filters, merge_series, requests_rollup_filters, split,
 };
 use crate::money::Money;
 
@@ -20,7 +22,39 @@ fn unit(bucket: Bucket) -> &'static str {
     }
 }
 
+/// Spend per (bucket, group), from the rollups where they answer (`series_from`).
 pub async fn series(
+    c: &Client,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    series_from(c, f, bucket, by, Source::Rollups).await
+}
+
+/// Spend per (bucket, group), buckets oldest first: the whole hours of the window
+/// from the rollups, the ragged ends (and filters the rollup lacks) from the rows;
+/// only the rows with `Source::Rows`.
+pub async fn series_from(
+    c: &Client,
+    f: &Filter,
+    bucket: Bucket,
+    by: GroupBy,
+    source: Source,
+) -> Result<Vec<SeriesRow>, LedgerError> {
+    match split(f, source, attempts_rollup_filters(f)) {
+        None => series_rows(c, f, bucket, by).await,
+        Some(s) => {
+            let mut parts = vec![rollup::series(c, &s, f, bucket, by).await?];
+            for r in &s.ragged {
+                parts.push(series_rows(c, r, bucket, by).await?);
+            }
+            merge_series(parts)
+        }
+    }
+}
+
+async fn series_rows(
     c: &Client,
     f: &Filter,
     bucket: Bucket,
@@ -66,13 +100,50 @@ pub async fn series(
         .collect())
 }
 
-/// As `sqlite::series::failures`: requests served after a failover are counted from
-/// the attempts (a success after the first).
+/// As `sqlite::series::failures`: the whole hours of the window from the rollups, the
+/// rest from the rows; requests served after a failover are counted from the attempts
+/// (a success after the first).
 pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
+    failures_from(c, f, Source::Rollups).await
+}
+
+/// `failures`, from `source`.
+pub async fn failures_from(
+    c: &Client,
+    f: &Filter,
+    source: Source,
+) -> Result<Failures, LedgerError> {
+    let mut tally = FailureTally::default();
+    match split(f, source, attempts_rollup_filters(f)) {
+        None => failed_attempt_rows(c, f, &mut tally).await?,
+        Some(s) => {
+            rollup::failed_attempts(c, &s, f, &mut tally).await?;
+            for r in &s.ragged {
+                failed_attempt_rows(c, r, &mut tally).await?;
+            }
+        }
+    }
+    match split(f, source, requests_rollup_filters(f)) {
+        None => request_outcome_rows(c, f, &mut tally).await?,
+        Some(s) => {
+            rollup::request_outcomes(c, &s, f, &mut tally).await?;
+            for r in &s.ragged {
+                request_outcome_rows(c, r, &mut tally).await?;
+            }
+        }
+    }
+    Ok(tally.done())
+}
+
+async fn failed_attempt_rows(
+    c: &Client,
+    f: &Filter,
+    tally: &mut FailureTally,
+) -> Result<(), LedgerError> {
     let (w, join) = attempt_conditions(f);
     let sql = format!(
         "SELECT a.provider, COALESCE(a.class, 'in_flight'), a.seq > 1, count(*) FROM attempts a {join} {where_}
-         GROUP BY 1, 2, 3 ORDER BY 1, 2",
+         GROUP BY 1, 2, 3",
         join = if join {
             "JOIN requests r ON r.id = a.request_id"
         } else {
@@ -80,26 +151,20 @@ pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
         },
         where_ = w.render(),
     );
-    let mut attempts: Vec<FailureRow> = Vec::new();
-    let mut after_failover = 0u64;
     for r in c.query(&sql, &w.params()).await? {
         let provider: String = r.try_get(0)?;
         let class: String = r.try_get(1)?;
-        let later: bool = r.try_get(2)?;
         let n = u64::try_from(r.try_get::<_, i64>(3)?).unwrap_or(0);
-        if later && class == "success" {
-            after_failover += n;
-        }
-        match attempts.last_mut() {
-            Some(last) if last.provider == provider && last.class == class => last.attempts += n,
-            _ => attempts.push(FailureRow {
-                provider,
-                class,
-                attempts: n,
-            }),
-        }
+        tally.attempts(&provider, &class, r.try_get(2)?, n);
     }
+    Ok(())
+}
 
+async fn request_outcome_rows(
+    c: &Client,
+    f: &Filter,
+    tally: &mut FailureTally,
+) -> Result<(), LedgerError> {
     let mut q = Clause::default();
     if let Some(s) = &f.since {
         q.push("r.received_at >= ?", s.at);
@@ -124,16 +189,12 @@ pub async fn failures(c: &Client, f: &Filter) -> Result<Failures, LedgerError> {
         "SELECT r.outcome, count(*) FROM requests r {} GROUP BY 1",
         q.render()
     );
-    let mut requests = RequestCounts {
-        served_after_failover: after_failover,
-        ..RequestCounts::default()
-    };
     for r in c.query(&sql, &q.params()).await? {
         let outcome: String = r.try_get(0)?;
-        requests.add(
+        tally.requests(
             &outcome,
             u64::try_from(r.try_get::<_, i64>(1)?).unwrap_or(0),
         )?;
     }
-    Ok(Failures { attempts, requests })
+    Ok(())
 }

@@ -10,8 +10,8 @@ use rusqlite::{Connection, Row, params_from_iter};
 
 use crate::ledger::LedgerError;
 use crate::ledger::audit::{
-    AttemptLine, BudgetState, Cursor, Filter, GroupBy, MAX_LIMIT, RequestPage, SpendRow,
-    parse_money,
+    AttemptLine, BudgetState, Cursor, Filter, GroupBy, MAX_LIMIT, RequestPage, Source, SpendRow,
+    attempts_rollup_filters, merge_spend, parse_money, split,
 };
 use crate::ledger::read::RequestRow;
 use crate::money::Money;
@@ -162,10 +162,36 @@ pub(super) fn attempt_conditions(f: &Filter) -> (Clause, bool) {
     (c, needs_request)
 }
 
-/// Spend per group. The rows stream out of the covering index and are totalled here
-/// in exact decimals: with a handful of groups this beats SQL's GROUP BY, which would
-/// sort every attempt of the window first.
+/// Spend per group, from the rollups where they answer (`spend_from`).
 pub fn spend(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
+    spend_from(conn, f, by, Source::Rollups)
+}
+
+/// Spend per group: the whole hours of the window from the rollups, the ragged ends
+/// (and filters the rollup lacks) from the attempts; only the attempts with
+/// `Source::Rows`.
+pub fn spend_from(
+    conn: &Connection,
+    f: &Filter,
+    by: GroupBy,
+    source: Source,
+) -> Result<Vec<SpendRow>, LedgerError> {
+    match split(f, source, attempts_rollup_filters(f)) {
+        None => spend_rows(conn, f, by),
+        Some(s) => {
+            let mut parts = vec![super::rollup::spend(conn, &s, f, by)?];
+            for r in &s.ragged {
+                parts.push(spend_rows(conn, r, by)?);
+            }
+            merge_spend(parts)
+        }
+    }
+}
+
+/// Spend per group from the attempts. The rows stream out of the covering index and
+/// are totalled here in exact decimals: with a handful of groups this beats SQL's
+/// GROUP BY, which would sort every attempt of the window first.
+fn spend_rows(conn: &Connection, f: &Filter, by: GroupBy) -> Result<Vec<SpendRow>, LedgerError> {
     let (c, mut join) = attempt_conditions(f);
     join |= matches!(
         by,

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 9] = [
+pub const MIGRATIONS: [(u32, &str, &str); 10] = [
     (
         1,
         "0001_init",
@@ -48,7 +48,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 9] = [
         "0008_request_shape",
         include_str!("../../../migrations/sqlite/0008_request_shape.sql"),
     ),
-    // 9 is assigned to the rollups (#25).
+    (
+        9,
+        "0009_rollups",
+        include_str!("../../../migrations/sqlite/0009_rollups.sql"),
+    ),
     (
         10,
         "0010_cache_tokens",

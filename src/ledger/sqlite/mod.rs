@@ -15,6 +15,7 @@ mod ops;
 pub mod read;
 pub mod recorded;
 mod recover;
+mod rollup;
 pub mod series;
 
 use std::path::{Path, PathBuf};
@@ -189,6 +190,38 @@ impl Aggregate<Money, String> for DecimalSum {
     }
 }
 
+/// A decimal TEXT argument of `dadd`/`dsub`.
+fn decimal_arg(ctx: &Context<'_>, i: usize) -> rusqlite::Result<Money> {
+    match ctx.get_raw(i) {
+        rusqlite::types::ValueRef::Text(t) => std::str::from_utf8(t)
+            .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e)))?
+            .parse()
+            .map_err(|e| rusqlite::Error::UserFunctionError(Box::new(e))),
+        other => Err(rusqlite::Error::UserFunctionError(
+            format!("expected a decimal TEXT, got {:?}", other.data_type()).into(),
+        )),
+    }
+}
+
+/// `dadd(a, b)` and `dsub(a, b)`: exact decimal arithmetic on TEXT amounts, for the
+/// rollup triggers (migration 0009), which must add money in SQL without floats.
+fn register_decimal_ops(conn: &Connection) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("dadd", 2, flags, |ctx| {
+        let (a, b) = (decimal_arg(ctx, 0)?, decimal_arg(ctx, 1)?);
+        a.checked_add(b)
+            .map(|m| m.to_string())
+            .ok_or_else(|| rusqlite::Error::UserFunctionError("decimal overflow".into()))
+    })?;
+    conn.create_scalar_function("dsub", 2, flags, |ctx| {
+        let (a, b) = (decimal_arg(ctx, 0)?, decimal_arg(ctx, 1)?);
+        a.decimal()
+            .checked_sub(b.decimal())
+            .map(|d| Money::new(d).to_string())
+            .ok_or_else(|| rusqlite::Error::UserFunctionError("decimal overflow".into()))
+    })
+}
+
 /// A connection on an existing ledger file at this binary's schema version.
 fn existing(path: &Path) -> Result<Connection, LedgerError> {
     if !path.exists() {
@@ -279,5 +312,6 @@ pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
         FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
         DecimalSum,
     )?;
+    register_decimal_ops(&conn)?;
     Ok(conn)
 }
