@@ -710,7 +710,10 @@ fn success(what: &'static str) -> Explained {
 }
 
 fn classify_success_json(api: Api, v: &Value) -> Explained {
-    if v.get("error").is_some_and(|e| !e.is_null() && e != "") || is_aws_exception_event(v) {
+    if v.get("error").is_some_and(|e| !e.is_null() && e != "")
+        || is_aws_exception_event(v)
+        || names_its_error(v)
+    {
         return classify_error_value(v);
     }
     match api {
@@ -785,6 +788,28 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
             }
         }
     }
+}
+
+/// A 2xx that is no answer of any API (no `choices`, `content`, `candidates` or
+/// `output`) but names its own failure in top-level fields: Baidu Qianfan's v1 API
+/// answers every error under HTTP 200 as `{"error_code": 110, "error_msg": …}`. Such a
+/// body is read for its cause like any error; with none, it stays `unclassified`, as a
+/// 2xx that is no answer always was. A zero or empty code is a success's, not an error.
+/// Added in round 5.
+fn names_its_error(v: &Value) -> bool {
+    let answer = ["choices", "content", "candidates", "output"]
+        .iter()
+        .any(|k| v.get(*k).is_some());
+    let code = v.get("error_code").is_some_and(|c| match c {
+        Value::Number(n) => n.as_i64() != Some(0),
+        Value::String(s) => !s.is_empty() && s != "0",
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => false,
+    });
+    let message = ["error_msg", "error_message"]
+        .iter()
+        .filter_map(|k| v.get(*k).and_then(Value::as_str))
+        .any(|m| !m.trim().is_empty());
+    !answer && (code || message)
 }
 
 /// A Responses API object: blocked when a content filter says so or the answer stopped
