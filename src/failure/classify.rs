@@ -872,6 +872,31 @@ mod tests {
     }
 
     #[test]
+    fn a_2xx_naming_its_error_is_read_for_its_cause() {
+        // Qianfan's v1 shape: the cause in error_msg decides.
+        let bad_token = r#"{"error_code":111,"error_msg":"Access token expired"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], bad_token).class(),
+            Some(FailureClass::Auth)
+        );
+        // With no cause in it, a 2xx that is no answer stays unclassified.
+        let vague = r#"{"error_code":336000,"error_msg":"Internal error"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], vague).class(),
+            Some(FailureClass::Unclassified)
+        );
+        // A zero code and an empty message are a success's fields, and an answer with
+        // choices is an answer whatever else it carries.
+        let ok = r#"{"error_code":0,"error_msg":"","choices":[{"message":{"content":"hi"}}]}"#;
+        assert_eq!(classify(Api::Openai, 200, &[], ok), Outcome::Success);
+        let quiet = r#"{"error_code":0,"error_msg":""}"#;
+        assert!(!names_its_error(&serde_json::from_str(quiet).unwrap()));
+        let answered =
+            r#"{"choices":[{"message":{"content":"hi"}}],"error_msg":"access token expired"}"#;
+        assert_eq!(classify(Api::Openai, 200, &[], answered), Outcome::Success);
+    }
+
+    #[test]
     fn garbage_is_unclassified_not_success() {
         assert_eq!(
             classify(Api::Openai, 200, &[], "<html>").class(),

@@ -1047,6 +1047,15 @@ const CODE_WORDS: &[Rule] = &[
         "https://github.com/ondysss/codepilot1c-edt/issues/106 (opencode Go's answer)",
     ),
     fam(F::AnyCode, P::Word("internal"), C::ServerError, DOC_GOOGLE),
+    // A local server whose backend failed to load a model it knows (Lemonade's
+    // `model_load_error` under a 500): the server's fault, named as such; the status
+    // says as much, so it is a family tag. Added in round 5.
+    fam(
+        F::AnyCode,
+        P::Word("load_error"),
+        C::ServerError,
+        "https://github.com/lemonade-sdk/lemonade/issues/1462 (Lemonade's answer)",
+    ),
     // xAI puts gRPC's INVALID_ARGUMENT description in `code` ("Client specified an
     // invalid argument"): the family, said in words.
     fam(
@@ -1232,21 +1241,14 @@ const MODERATION: &[Rule] = &[
         C::ContentRefusal,
         DOC_DASHSCOPE,
     ),
-    // The words of the vocabulary alone, not DashScope's phrase: any vendor's output or
-    // input "inspection" that failed, any "content security" check (内容安全 below),
-    // is a moderation verdict. Added in round 5 (ModelScope's "output content security
-    // inspection failed" under a 400).
+    // The word of the vocabulary alone, not DashScope's phrase: any vendor's output or
+    // input "inspection" that failed is a moderation verdict. Added in round 5
+    // (ModelScope's "output content security inspection failed" under a 400).
     s(
         F::Message,
         P::Term("inspection", &[]),
         C::ContentRefusal,
         DOC_DASHSCOPE,
-    ),
-    s(
-        F::Message,
-        P::Term("content security", &[]),
-        C::ContentRefusal,
-        DOC_VOLC,
     ),
     s(
         F::Message,
