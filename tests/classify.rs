@@ -1038,6 +1038,7 @@ fn moderation_words_never_fail_over() {
         r#"{"error":{"message":"model names are case-sensitive"}}"#,
         r#"{"error":{"message":"model OpenGuardrails is loading, try again"}}"#,
         r#"{"error":{"message":"the insensitive matcher crashed"}}"#,
+        r#"{"error":{"message":"TLS inspection failed at the proxy, upstream overloaded"}}"#,
     ] {
         assert_eq!(
             explain(Api::Openai, 503, &[], case).outcome.class(),

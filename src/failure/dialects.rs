@@ -1243,10 +1243,19 @@ const MODERATION: &[Rule] = &[
     ),
     // The word of the vocabulary alone, not DashScope's phrase: any vendor's output or
     // input "inspection" that failed is a moderation verdict. Added in round 5
-    // (ModelScope's "output content security inspection failed" under a 400).
+    // (ModelScope's "output content security inspection failed" under a 400). A
+    // firewall's TLS or packet inspection in front of the vendor judges no content.
     s(
         F::Message,
-        P::Term("inspection", &[]),
+        P::Term(
+            "inspection",
+            &[
+                "ssl inspection",
+                "tls inspection",
+                "https inspection",
+                "packet inspection",
+            ],
+        ),
         C::ContentRefusal,
         DOC_DASHSCOPE,
     ),
