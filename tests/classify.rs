@@ -613,6 +613,71 @@ fn the_fourth_round_held_out_is_reported_apart() {
     assert_round_held_out(4);
 }
 
+/// Round 5 (E3's 55 verbatim cases, labelled without running the classifier): measured
+/// once with the rules as round 4 left them, before any changed, **7 of 7 held out
+/// right, no refusal among them**; over all 55, 47 right (85%) and 3 of 5 refusals.
+/// The 8 misses were all tuning cases (see the next test), so this held-out figure is
+/// still a clean one.
+#[test]
+fn the_fifth_round_held_out_is_reported_apart() {
+    assert_round_held_out(5);
+    let (right, total, refusals, _, wrong) = round_held_out(5);
+    // The clean measure was 7 of 7 with no refusal: the round's held-out set is the
+    // one the hash picked then, and nothing was fixed from it.
+    assert_eq!((right, total, refusals), (7, 7, 0), "{}", wrong.join("\n"));
+}
+
+/// The fifth round's tuning cases the rules missed before it (8 of 48; the held-out
+/// ones were not looked at), each now read by a rule of meaning written for the kind,
+/// not for the one body, and none decided by the bare status.
+#[test]
+fn the_fifth_round_tuning_misses_come_out_right() {
+    let named = [
+        // "inspection" and "content security" are moderation words of any vendor.
+        (
+            "modelscope-555-output-content-security-inspection-failed",
+            "content_refusal",
+        ),
+        (
+            "modelscope-555-output-content-security-inspection-failed-2",
+            "content_refusal",
+        ),
+        // A 2xx that is no answer but carries error_code/error_msg is read for its cause.
+        (
+            "baidu-qianfan-200-error-code-110-access-token-invalid",
+            "auth",
+        ),
+        // Explicit key/token prose outranks a bare 5xx.
+        ("pollinations-500-invalid-unrecognized-token", "auth"),
+        // A code naming a key outranks the 402 family.
+        ("hacktigerlabs-gateway-402-provider-key-missing", "auth"),
+        // "prompt … longer than the maximum model length" is context prose.
+        (
+            "vllm-400-decoder-prompt-longer-than-max-model-len",
+            "context_length",
+        ),
+        // "No models loaded" and "Model disabled." are model prose, before 404 and 403.
+        ("lmstudio-404-no-models-loaded-jit", "model_not_found"),
+        (
+            "siliconflow-403-model-disabled-bare-string",
+            "model_not_found",
+        ),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["round"], 5, "{id}");
+        assert_eq!(c["expected_class"], want, "{id}");
+        let (class, signal) = got(c);
+        assert_eq!(class, want, "{id} by {signal}");
+        assert!(!signal.starts_with("status"), "{id} by {signal}");
+    }
+}
+
 /// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any
 /// fix): fixed afterwards, so round 2's held-out figure is no longer clean. Google's
 /// NOT_FOUND on a generate call and NVIDIA's NVCF "Not found for account".
@@ -777,7 +842,14 @@ fn the_issue_21_corpus_is_real_sourced_and_broad() {
 /// source of the row that decides it (the row's `basis` names another vendor).
 #[test]
 fn every_kind_issue_21_names_is_classified_right() {
-    let kinds: [(&str, &str, &str); 20] = [
+    let kinds: [(&str, &str, &str); 21] = [
+        // Round 5: ModelScope's output moderation, decided by the word "inspection" (a
+        // row written from DashScope's docs).
+        (
+            "modelscope-555-output-content-security-inspection-failed",
+            "content_refusal",
+            "aliyun",
+        ),
         // Round 4: z.ai's web stream warns "inappropriate content" in an event whose JSON
         // is cut short (a row written from DashScope's docs), and Cody Gateway blocks by
         // its acceptable use policy (a row written from OpenAI's).
@@ -940,6 +1012,8 @@ fn moderation_words_never_fail_over() {
         "unsafe content detected",
         "系统检测到输入或生成内容可能包含不安全或敏感内容",
         "输入内容审核不通过，涉嫌违规",
+        "output content security inspection failed",
+        "input inspection failed",
     ];
     for w in words {
         for status in [500, 502, 503, 446, 499, 520] {
@@ -964,6 +1038,7 @@ fn moderation_words_never_fail_over() {
         r#"{"error":{"message":"model names are case-sensitive"}}"#,
         r#"{"error":{"message":"model OpenGuardrails is loading, try again"}}"#,
         r#"{"error":{"message":"the insensitive matcher crashed"}}"#,
+        r#"{"error":{"message":"TLS inspection failed at the proxy, upstream overloaded"}}"#,
     ] {
         assert_eq!(
             explain(Api::Openai, 503, &[], case).outcome.class(),
@@ -1002,6 +1077,8 @@ fn structured_code(v: &Value) -> Option<String> {
                     "internal_error_proxy",
                     "provider_response_error",
                     "http_error",
+                    // one-api names its type after the channel it relayed.
+                    "baidu_error",
                 ]
                 .contains(&l.as_str());
                 if !envelope && !l.chars().all(|ch| ch.is_ascii_digit()) {

@@ -710,7 +710,10 @@ fn success(what: &'static str) -> Explained {
 }
 
 fn classify_success_json(api: Api, v: &Value) -> Explained {
-    if v.get("error").is_some_and(|e| !e.is_null() && e != "") || is_aws_exception_event(v) {
+    if v.get("error").is_some_and(|e| !e.is_null() && e != "")
+        || is_aws_exception_event(v)
+        || names_its_error(v)
+    {
         return classify_error_value(v);
     }
     match api {
@@ -787,6 +790,28 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
     }
 }
 
+/// A 2xx that is no answer of any API (no `choices`, `content`, `candidates` or
+/// `output`) but names its own failure in top-level fields: Baidu Qianfan's v1 API
+/// answers every error under HTTP 200 as `{"error_code": 110, "error_msg": …}`. Such a
+/// body is read for its cause like any error; with none, it stays `unclassified`, as a
+/// 2xx that is no answer always was. A zero or empty code is a success's, not an error.
+/// Added in round 5.
+fn names_its_error(v: &Value) -> bool {
+    let answer = ["choices", "content", "candidates", "output"]
+        .iter()
+        .any(|k| v.get(*k).is_some());
+    let code = v.get("error_code").is_some_and(|c| match c {
+        Value::Number(n) => n.as_i64() != Some(0),
+        Value::String(s) => !s.is_empty() && s != "0",
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => false,
+    });
+    let message = ["error_msg", "error_message"]
+        .iter()
+        .filter_map(|k| v.get(*k).and_then(Value::as_str))
+        .any(|m| !m.trim().is_empty());
+    !answer && (code || message)
+}
+
 /// A Responses API object: blocked when a content filter says so or the answer stopped
 /// on one, a success when it completed with output.
 fn classify_response_object(v: &Value) -> Explained {
@@ -844,6 +869,31 @@ mod tests {
             classify(Api::Openai, 500, &[], vague).class(),
             Some(FailureClass::ServerError)
         );
+    }
+
+    #[test]
+    fn a_2xx_naming_its_error_is_read_for_its_cause() {
+        // Qianfan's v1 shape: the cause in error_msg decides.
+        let bad_token = r#"{"error_code":111,"error_msg":"Access token expired"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], bad_token).class(),
+            Some(FailureClass::Auth)
+        );
+        // With no cause in it, a 2xx that is no answer stays unclassified.
+        let vague = r#"{"error_code":336000,"error_msg":"Internal error"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], vague).class(),
+            Some(FailureClass::Unclassified)
+        );
+        // A zero code and an empty message are a success's fields, and an answer with
+        // choices is an answer whatever else it carries.
+        let ok = r#"{"error_code":0,"error_msg":"","choices":[{"message":{"content":"hi"}}]}"#;
+        assert_eq!(classify(Api::Openai, 200, &[], ok), Outcome::Success);
+        let quiet = r#"{"error_code":0,"error_msg":""}"#;
+        assert!(!names_its_error(&serde_json::from_str(quiet).unwrap()));
+        let answered =
+            r#"{"choices":[{"message":{"content":"hi"}}],"error_msg":"access token expired"}"#;
+        assert_eq!(classify(Api::Openai, 200, &[], answered), Outcome::Success);
     }
 
     #[test]

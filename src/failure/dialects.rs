@@ -703,6 +703,9 @@ const DOC_LLAMACPP: &str =
 const DOC_LITELLM: &str = "https://docs.litellm.ai/docs/exception_mapping";
 const DOC_SILICONFLOW: &str = "https://docs.siliconflow.cn/cn/faqs/error-code";
 const DOC_PERPLEXITY: &str = "https://docs.perplexity.ai/guides/error-codes";
+const DOC_VLLM: &str =
+    "https://github.com/vllm-project/vllm (the engine's prompt-length check against max_model_len)";
+const DOC_LMSTUDIO: &str = "https://lmstudio.ai/docs/app/api (JIT model loading)";
 const DOC_MISTRAL: &str = "https://docs.mistral.ai/api/ (error envelope)";
 const DOC_GOOGLE: &str = "https://cloud.google.com/apis/design/errors";
 
@@ -799,6 +802,9 @@ const CODE_WORDS: &[Rule] = &[
     // is a family tag the cause outranks. Fixed after the round-4 held-out measure.
     fam(F::AnyCode, P::Word("forbidden"), C::Auth, DOC_VOLC),
     s(F::AnyCode, P::Word("api_key"), C::Auth, DOC_OPENAI),
+    // A code naming a key names the credential, whatever else it says of it: a
+    // gateway's `provider_key_missing` under a 402 is no empty balance. Added in round 5.
+    s(F::AnyCode, P::Word("key"), C::Auth, DOC_OPENAI),
     s(F::AnyCode, P::Word("apikey"), C::Auth, DOC_DASHSCOPE),
     s(F::AnyCode, P::Word("invalid_key"), C::Auth, DOC_OPENAI),
     s(F::AnyCode, P::Word("invalid_token"), C::Auth, DOC_ONEAPI),
@@ -1041,6 +1047,15 @@ const CODE_WORDS: &[Rule] = &[
         "https://github.com/ondysss/codepilot1c-edt/issues/106 (opencode Go's answer)",
     ),
     fam(F::AnyCode, P::Word("internal"), C::ServerError, DOC_GOOGLE),
+    // A local server whose backend failed to load a model it knows (Lemonade's
+    // `model_load_error` under a 500): the server's fault, named as such; the status
+    // says as much, so it is a family tag. Added in round 5.
+    fam(
+        F::AnyCode,
+        P::Word("load_error"),
+        C::ServerError,
+        "https://github.com/lemonade-sdk/lemonade/issues/1462 (Lemonade's answer)",
+    ),
     // xAI puts gRPC's INVALID_ARGUMENT description in `code` ("Client specified an
     // invalid argument"): the family, said in words.
     fam(
@@ -1226,6 +1241,24 @@ const MODERATION: &[Rule] = &[
         C::ContentRefusal,
         DOC_DASHSCOPE,
     ),
+    // The word of the vocabulary alone, not DashScope's phrase: any vendor's output or
+    // input "inspection" that failed is a moderation verdict. Added in round 5
+    // (ModelScope's "output content security inspection failed" under a 400). A
+    // firewall's TLS or packet inspection in front of the vendor judges no content.
+    s(
+        F::Message,
+        P::Term(
+            "inspection",
+            &[
+                "ssl inspection",
+                "tls inspection",
+                "https inspection",
+                "packet inspection",
+            ],
+        ),
+        C::ContentRefusal,
+        DOC_DASHSCOPE,
+    ),
     s(
         F::Message,
         P::Term("datainspection", &[]),
@@ -1347,6 +1380,16 @@ const MEANING: &[Rule] = &[
         DOC_OPENAI,
     ),
     s(F::Message, P::Has("no api key"), C::Auth, DOC_OPENAI),
+    // Round 5: a token handed over and refused ("Invalid or unrecognized token
+    // provided", even under a 500), and an access token (Qianfan's, Azure AD's) said
+    // invalid or expired in any words: the credential, not the request.
+    s(F::Message, P::Has("token provided"), C::Auth, DOC_ONEAPI),
+    s(
+        F::Message,
+        P::Term("access token", &[]),
+        C::Auth,
+        DOC_OPENAI,
+    ),
     // A proxy holding the vendor key as a named secret that is not there ("We couldn't
     // find a secret with the name MISTRAL_API_KEY"): no credential, whatever route.
     s(
@@ -1547,6 +1590,20 @@ const MEANING: &[Rule] = &[
         DOC_SILICONFLOW,
     ),
     s(F::Message, P::Has("超长"), C::ContextLength, DOC_ZHIPU),
+    // Round 5: the prompt said to be longer than the model allows, in vLLM's newer
+    // words ("The decoder prompt (length …) is longer than the maximum model length").
+    s(
+        F::Message,
+        P::Then("prompt", "longer than"),
+        C::ContextLength,
+        DOC_VLLM,
+    ),
+    s(
+        F::Message,
+        P::Has("maximum model length"),
+        C::ContextLength,
+        DOC_VLLM,
+    ),
     // DashScope's native API bounds the input's length in a sentence under
     // `InvalidParameter`: "Range of input length should be [1, 6000]".
     s(
@@ -1615,6 +1672,38 @@ const MEANING: &[Rule] = &[
         P::Both("model", "not exist"),
         C::ModelNotFound,
         DOC_OPENAI,
+    ),
+    // Round 5: a model the server holds but will not serve, in a local server's or a
+    // vendor's words ("No models loaded", "Model disabled."): not there for this call.
+    s(
+        F::Message,
+        P::Then("no model", "loaded"),
+        C::ModelNotFound,
+        DOC_LMSTUDIO,
+    ),
+    s(
+        F::Message,
+        P::Both("model", "not loaded"),
+        C::ModelNotFound,
+        DOC_LMSTUDIO,
+    ),
+    s(
+        F::Message,
+        P::Has("model disabled"),
+        C::ModelNotFound,
+        DOC_SILICONFLOW,
+    ),
+    s(
+        F::Message,
+        P::Has("model is disabled"),
+        C::ModelNotFound,
+        DOC_SILICONFLOW,
+    ),
+    s(
+        F::Message,
+        P::Has("model has been disabled"),
+        C::ModelNotFound,
+        DOC_SILICONFLOW,
     ),
     s(
         F::Message,
