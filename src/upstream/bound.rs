@@ -352,9 +352,19 @@ pub fn input_tokens(
                 param: u.param,
             })?,
         ),
+        // A Responses body to Anthropic or Gemini is the chat body it becomes there,
+        // framed by that adapter: counted as chat messages and tools.
+        (Ingress::Responses, Api::Anthropic | Api::Gemini) => Some(
+            super::from_responses::chat_body(&req.body).map_err(|u| Unbounded {
+                what: format!("it has no faithful chat-completions form: {}", u.why),
+                param: u.param,
+            })?,
+        ),
         _ => None,
     };
     let text = match &translated {
+        // Walked as the vendor's body (`prepare` translates it again).
+        Some(_) if api != Api::Openai => sent_bytes(dest, req),
         Some(chat) => content_walk(chat, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
@@ -362,9 +372,9 @@ pub fn input_tokens(
         None => sent_bytes(dest, req),
     };
     let body = translated.as_ref().unwrap_or(&req.body);
-    let (n_messages, tools) = match req.ingress {
+    let (n_messages, tools) = match (req.ingress, &translated) {
         // Each input item is framed like a message; tools may sit inside items too.
-        Ingress::Responses => {
+        (Ingress::Responses, None) => {
             let items = body.get("input").and_then(Value::as_array);
             let nested: u64 = items
                 .into_iter()
@@ -381,7 +391,7 @@ pub fn input_tokens(
                 top.saturating_add(nested),
             )
         }
-        Ingress::Chat | Ingress::Messages => (
+        (Ingress::Responses, Some(_)) | (Ingress::Chat | Ingress::Messages, _) => (
             messages(body).len() as u64,
             ["tools", "functions"]
                 .iter()
