@@ -431,3 +431,241 @@ async fn real_codex_exits_promptly_with_purser_reason_on_a_spent_budget() {
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
+
+// ---- Responses translated to chat completions for `api: anthropic` and `api: gemini`.
+
+/// A gateway whose model `m` is served only by one destination of `api` (provider id
+/// `ant` or `gem`), under a hard ceiling.
+async fn translated_gateway(engine: Engine, test: &str, api: &'static str) -> Option<Gateway> {
+    common::start_on(engine, test, move |v| {
+        vec![
+            provider(v, vendor_of(api), api, "eu", &[("m", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
+            format!(
+                "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: hard\nmax_output_tokens: 100\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await
+}
+
+fn vendor_of(api: &str) -> &'static str {
+    match api {
+        "anthropic" => "ant",
+        _ => "gem",
+    }
+}
+
+/// A Responses conversation with what translates faithfully: instructions, a developer
+/// message, a function tool, an earlier function call and its output, an image.
+fn translatable(stream: bool) -> Value {
+    json!({
+        "model": "m", "max_output_tokens": 50, "stream": stream, "store": false,
+        "instructions": "be brief",
+        "tools": [{"type": "function", "name": "ls", "description": "list", "parameters": {"type": "object"}}],
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "house rules"}]},
+            {"role": "user", "content": "list files"},
+            {"type": "function_call", "call_id": "t1", "name": "ls", "arguments": "{\"dir\":\".\"}"},
+            {"type": "function_call_output", "call_id": "t1", "output": "a.txt"},
+            {"role": "user", "content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                {"type": "input_text", "text": "and this?"}]},
+        ],
+    })
+}
+
+/// The exact body each vendor gets for `translatable`: the chat adapters' own forms.
+fn expected_sent(api: &str, stream: bool) -> Value {
+    let mut b = match api {
+        "anthropic" => json!({
+            "model": "m", "max_tokens": 50, "system": "be brief\n\nhouse rules",
+            "messages": [
+                {"role": "user", "content": "list files"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {"dir": "."}}]},
+                // Two user turns in a row, as the chat adapter writes them: Anthropic
+                // reads consecutive turns of one role as one.
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]},
+                {"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                    {"type": "text", "text": "and this?"}]},
+            ],
+            "tools": [{"name": "ls", "description": "list", "input_schema": {"type": "object"}}],
+        }),
+        _ => json!({
+            "systemInstruction": {"parts": [{"text": "be brief"}, {"text": "house rules"}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "list files"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"dir": "."}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"content": "a.txt"}}}]},
+                {"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"text": "and this?"}]},
+            ],
+            "generationConfig": {"maxOutputTokens": 50},
+            "tools": [{"functionDeclarations": [{"name": "ls", "description": "list", "parameters": {"type": "object"}}]}],
+        }),
+    };
+    if stream && api == "anthropic" {
+        b["stream"] = json!(true);
+    }
+    b
+}
+
+async fn translated_plain_on(engine: Engine, api: &'static str) {
+    let Some(g) = translated_gateway(engine, &format!("responses_to_{api}_plain"), api).await
+    else {
+        return;
+    };
+    let vendor = vendor_of(api);
+    let (status, h, out) = send(&g, &translatable(false)).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let sent = &g.vendors.sent(vendor)[0].body;
+    assert_eq!(sent, &expected_sent(api, false), "{sent}");
+    // The answer in the Responses shape, under the client's model name.
+    assert_eq!(v["object"], "response", "{v}");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["output"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["output"][0]["type"], "message");
+    assert_eq!(v["output"][0]["role"], "assistant");
+    assert_eq!(
+        v["output"][0]["content"],
+        json!([{"type": "output_text", "text": format!("Hello from {vendor}."), "annotations": []}])
+    );
+    assert_eq!(
+        (
+            &v["usage"]["input_tokens"],
+            &v["usage"]["output_tokens"],
+            &v["usage"]["total_tokens"]
+        ),
+        (&json!(12), &json!(8), &json!(20))
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    // 12 × 1 + 8 × 2 per million.
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+}
+
+/// The data of each event in an SSE body, parsed.
+fn event_data(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
+
+async fn translated_stream_on(engine: Engine, api: &'static str) {
+    let Some(g) = translated_gateway(engine, &format!("responses_to_{api}_stream"), api).await
+    else {
+        return;
+    };
+    let vendor = vendor_of(api);
+    let (status, h, out) = send(&g, &translatable(true)).await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(h["content-type"], "text/event-stream");
+    let sent = &g.vendors.sent(vendor)[0].body;
+    assert_eq!(sent, &expected_sent(api, true), "{sent}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{text}"
+    );
+    let ev = event_data(&text);
+    let said: String = ev
+        .iter()
+        .filter_map(|e| e["delta"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(said, format!("Hello from {vendor}."));
+    assert!(
+        !text.contains("[DONE]") && !text.contains("chat.completion"),
+        "{text}"
+    );
+    let done = &ev.last().unwrap()["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["output"][0]["content"][0]["text"],
+        format!("Hello from {vendor}.")
+    );
+    assert_eq!(
+        (&done["usage"]["input_tokens"], &done["usage"]["output_tokens"]),
+        (&json!(12), &json!(8)),
+        "{done}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+}
+
+#[tokio::test]
+async fn responses_to_an_anthropic_destination_are_answered_as_a_response_sqlite() {
+    translated_plain_on(Engine::Sqlite, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_to_an_anthropic_destination_are_answered_as_a_response_postgres() {
+    translated_plain_on(Engine::Postgres, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_an_anthropic_destination_come_back_as_responses_events_sqlite() {
+    translated_stream_on(Engine::Sqlite, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_an_anthropic_destination_come_back_as_responses_events_postgres() {
+    translated_stream_on(Engine::Postgres, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_to_a_gemini_destination_are_answered_as_a_response_sqlite() {
+    translated_plain_on(Engine::Sqlite, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_to_a_gemini_destination_are_answered_as_a_response_postgres() {
+    translated_plain_on(Engine::Postgres, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_events_sqlite() {
+    translated_stream_on(Engine::Sqlite, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_events_postgres() {
+    translated_stream_on(Engine::Postgres, "gemini").await;
+}
