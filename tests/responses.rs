@@ -613,7 +613,10 @@ async fn translated_stream_on(engine: Engine, api: &'static str) {
         format!("Hello from {vendor}.")
     );
     assert_eq!(
-        (&done["usage"]["input_tokens"], &done["usage"]["output_tokens"]),
+        (
+            &done["usage"]["input_tokens"],
+            &done["usage"]["output_tokens"]
+        ),
         (&json!(12), &json!(8)),
         "{done}"
     );
@@ -668,4 +671,188 @@ async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_event
 #[tokio::test]
 async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_events_postgres() {
     translated_stream_on(Engine::Postgres, "gemini").await;
+}
+
+/// A function call round trip through an anthropic destination: the vendor's
+/// `tool_use` comes back as a `function_call` item (plain and streamed), and the
+/// client's next turn, the call and its output appended to the input, reaches the
+/// vendor as the same `tool_use` and its `tool_result`.
+#[tokio::test]
+async fn a_function_call_round_trips_through_an_anthropic_destination() {
+    let g = translated_gateway(Engine::Sqlite, "responses_to_anthropic_calls", "anthropic")
+        .await
+        .unwrap();
+    let plain = r#"{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Listing."},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"dir":"."}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":9}}"#;
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n").into_bytes();
+    let streamed = vec![
+        ev(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": null, "usage": {"input_tokens": 30, "output_tokens": 1}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"dir\":"}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "\".\"}"}}),
+        ),
+        ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        ),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ];
+    g.vendors.script(
+        "ant",
+        vec![
+            Script::Status(200, plain.into()),
+            Script::StreamPieces(streamed),
+        ],
+    );
+    let first = json!({"model": "m", "store": false, "input": "list files",
+        "tools": [{"type": "function", "name": "ls", "parameters": {"type": "object"}}]});
+    let (status, _, out) = send(&g, &first).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let output = v["output"].as_array().unwrap();
+    assert_eq!(output.len(), 2, "{v}");
+    assert_eq!(output[0]["content"][0]["text"], "Listing.");
+    assert_eq!(output[1]["type"], "function_call");
+    assert_eq!(output[1]["call_id"], "toolu_1");
+    assert_eq!(output[1]["name"], "ls");
+    assert_eq!(output[1]["arguments"], "{\"dir\":\".\"}");
+    assert_eq!(v["usage"]["total_tokens"], 39);
+
+    let mut streamed_req = first.clone();
+    streamed_req["stream"] = json!(true);
+    let (status, _, out) = send(&g, &streamed_req).await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let ev = event_data(&text);
+    let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{text}"
+    );
+    assert_eq!(ev[2]["item"]["call_id"], "toolu_1");
+    assert_eq!(ev[5]["arguments"], "{\"dir\":\".\"}");
+    let done = &ev[7]["response"];
+    assert_eq!(done["output"][0]["type"], "function_call");
+    assert_eq!(done["usage"]["output_tokens"], 9);
+
+    // The next turn: the call as the answer gave it, and its output.
+    let mut next = first.clone();
+    next["input"] = json!([
+        {"role": "user", "content": "list files"},
+        output[0],
+        output[1],
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "a.txt"},
+    ]);
+    let (status, _, out) = send(&g, &next).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let sent = &g.vendors.sent("ant")[2].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Listing."},
+                {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"dir": "."}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]},
+        ]),
+        "{sent}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["ant"]).await;
+}
+
+/// What has no faithful chat form is refused before any call, in the Responses
+/// envelope, naming the field: the recorded Codex request (its `additional_tools` item
+/// with namespaced tools and a custom tool), a hosted tool, encrypted reasoning, a
+/// stored conversation, and a setting the chat table refuses for Anthropic. (A hosted
+/// tool or a stored conversation is named by the bound first under a hard ceiling.)
+#[tokio::test]
+async fn untranslatable_responses_are_refused_naming_the_field() {
+    let g = translated_gateway(
+        Engine::Sqlite,
+        "responses_to_anthropic_refused",
+        "anthropic",
+    )
+    .await
+    .unwrap();
+    let mut codex = recorded();
+    codex["model"] = json!("m");
+    let hi = |extra: Value| {
+        let mut b = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    for (body, param, says) in [
+        (codex, "input[0]", "additional_tools"),
+        (
+            hi(json!({"tools": [{"type": "web_search"}]})),
+            "tools[0]",
+            // Under a hard ceiling the bound names it first.
+            "hosted tool",
+        ),
+        (
+            hi(
+                json!({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}),
+            ),
+            "input[0].encrypted_content",
+            "encrypted reasoning",
+        ),
+        (
+            hi(json!({"previous_response_id": "resp_1"})),
+            "previous_response_id",
+            "not a response purser recorded",
+        ),
+        (hi(json!({"store": true})), "store", "keeps nothing"),
+        (
+            hi(
+                json!({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": true}]}),
+            ),
+            "tools[0].strict",
+            "strict",
+        ),
+    ] {
+        let (status, _, out) = send(&g, &body).await;
+        let e: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(status, 400, "{e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    assert_eq!(g.vendors.calls("ant"), 0);
+    // Each refusal is booked as refused, with no attempt and nothing charged.
+    assert_eq!(
+        g.ledger_db
+            .count("SELECT count(*) FROM requests WHERE outcome <> 'refused'")
+            .await,
+        0
+    );
+    assert_eq!(g.ledger_db.count("SELECT count(*) FROM attempts").await, 0);
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["ant"]).await;
 }
