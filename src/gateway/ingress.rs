@@ -473,4 +473,22 @@ mod tests {
         assert_eq!(param, "model");
         assert!(why.contains("`api: anthropic`"), "{why}");
     }
+
+    #[test]
+    fn responses_are_translated_for_anthropic_and_gemini_and_checked_by_the_chat_table() {
+        let ok = json!({"model": "m", "input": "hi", "store": false});
+        for api in [Api::Openai, Api::Anthropic, Api::Gemini] {
+            assert!(check(Ingress::Responses, api, &ok).is_ok(), "{api:?}");
+        }
+        let hosted = json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]});
+        assert!(check(Ingress::Responses, Api::Openai, &hosted).is_ok());
+        let (param, why) = check(Ingress::Responses, Api::Gemini, &hosted).unwrap_err();
+        assert_eq!(param, "tools[0]");
+        assert!(why.contains("provider API `gemini`"), "{why}");
+        // The chat table's refusal, named at the Responses path.
+        let strict = json!({"model": "m", "input": "hi", "tools": [
+            {"type": "function", "name": "f", "parameters": {}, "strict": true}]});
+        let (param, _) = check(Ingress::Responses, Api::Anthropic, &strict).unwrap_err();
+        assert_eq!(param, "tools[0].strict");
+    }
 }

@@ -634,6 +634,32 @@ mod tests {
         }
     }
 
+    /// A Responses body to Anthropic or Gemini is bounded over the vendor body it
+    /// becomes (translated to chat, then by the adapter), not over the client's items.
+    #[test]
+    fn a_translated_responses_bound_covers_the_body_sent() {
+        let body = json!({"model": "m", "instructions": "i".repeat(900),
+            "tools": [{"type": "function", "name": "f", "description": "d".repeat(300), "parameters": {"type": "object"}}],
+            "input": [
+            {"role": "developer", "content": [{"type": "input_text", "text": "s".repeat(1000)}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "é".repeat(500)}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\":\"yyyy\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r".repeat(700)},
+            {"role": "user", "content": "again"}]});
+        for api in [Api::Anthropic, Api::Gemini] {
+            let d = dest(api, MediaTokens::default());
+            let r = ChatRequest {
+                ingress: crate::ingress::Ingress::Responses,
+                ..req(body.clone())
+            };
+            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            assert!(sent.to_string().contains(&"r".repeat(700)), "{sent}");
+            let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
+            let exact = serde_json::to_string(&sent).unwrap().len() as u64;
+            assert!(bound >= exact, "{api:?}: {bound} < {exact}");
+        }
+    }
+
     #[test]
     fn message_fields_no_table_lists_are_counted() {
         // vLLM renders an assistant's `reasoning_content` into the prompt.

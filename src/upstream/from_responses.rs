@@ -167,10 +167,10 @@ pub fn chat_body(body: &Value) -> Result<Value, Untranslatable> {
             out.insert(k.into(), v.clone());
         }
     }
-    if let Some(text) = obj.get("text").filter(|t| !t.is_null()) {
-        if let Some(format) = text_format(text)? {
-            out.insert("response_format".into(), format);
-        }
+    if let Some(text) = obj.get("text").filter(|t| !t.is_null())
+        && let Some(format) = text_format(text)?
+    {
+        out.insert("response_format".into(), format);
     }
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
         let mut mapped = Vec::with_capacity(tools.len());
