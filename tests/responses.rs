@@ -856,3 +856,55 @@ async fn untranslatable_responses_are_refused_naming_the_field() {
     quiesce_on(&g.ledger_db, 5).await;
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &["ant"]).await;
 }
+
+/// The official `openai` SDK reads a translated answer with its own types: a plain
+/// `responses.create` (its `output_text` and usage) and `responses.stream`, whose
+/// accumulator checks every event against the items it has seen and builds the final
+/// response from them, through an anthropic and a gemini destination.
+#[tokio::test]
+async fn the_openai_sdk_reads_translated_responses_plain_and_streamed() {
+    if !common::sdk::prerequisite(
+        common::sdk::python_has(&[]).is_ok(),
+        "the openai Python SDK",
+    ) {
+        return;
+    }
+    for api in ["anthropic", "gemini"] {
+        let g = translated_gateway(Engine::Sqlite, &format!("responses_sdk_{api}"), api)
+            .await
+            .unwrap();
+        let script = r#"
+import os, openai
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
+r = c.responses.create(model="m", input="hi", store=False)
+print(r.output_text, r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens)
+with c.responses.stream(model="m", input="hi", store=False) as s:
+    for _ in s:
+        pass
+    f = s.get_final_response()
+print(f.output_text, f.usage.input_tokens, f.usage.output_tokens, f.status)
+"#;
+        let out = tokio::process::Command::new(common::sdk::python())
+            .arg("-c")
+            .arg(script)
+            .env("BASE", g.url("/v1"))
+            .env("KEY", KEY)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{api}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let vendor = vendor_of(api);
+        assert_eq!(
+            stdout,
+            format!("Hello from {vendor}. 12 8 20\nHello from {vendor}. 12 8 completed\n"),
+            "{api}"
+        );
+        quiesce_on(&g.ledger_db, 5).await;
+        assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+    }
+}
