@@ -673,18 +673,11 @@ async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_event
     translated_stream_on(Engine::Postgres, "gemini").await;
 }
 
-/// A function call round trip through an anthropic destination: the vendor's
-/// `tool_use` comes back as a `function_call` item (plain and streamed), and the
-/// client's next turn, the call and its output appended to the input, reaches the
-/// vendor as the same `tool_use` and its `tool_result`.
-#[tokio::test]
-async fn a_function_call_round_trips_through_an_anthropic_destination() {
-    let g = translated_gateway(Engine::Sqlite, "responses_to_anthropic_calls", "anthropic")
-        .await
-        .unwrap();
-    let plain = r#"{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Listing."},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"dir":"."}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":9}}"#;
+/// Anthropic's stream of one `tool_use` call of `ls` with `{"dir":"."}`, its input in
+/// two deltas (30 input and 9 output tokens).
+fn anthropic_tool_stream() -> Vec<Vec<u8>> {
     let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n").into_bytes();
-    let streamed = vec![
+    vec![
         ev(
             "message_start",
             json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": null, "usage": {"input_tokens": 30, "output_tokens": 1}}}),
@@ -710,7 +703,20 @@ async fn a_function_call_round_trips_through_an_anthropic_destination() {
             json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
         ),
         ev("message_stop", json!({"type": "message_stop"})),
-    ];
+    ]
+}
+
+/// A function call round trip through an anthropic destination: the vendor's
+/// `tool_use` comes back as a `function_call` item (plain and streamed), and the
+/// client's next turn, the call and its output appended to the input, reaches the
+/// vendor as the same `tool_use` and its `tool_result`.
+#[tokio::test]
+async fn a_function_call_round_trips_through_an_anthropic_destination() {
+    let g = translated_gateway(Engine::Sqlite, "responses_to_anthropic_calls", "anthropic")
+        .await
+        .unwrap();
+    let plain = r#"{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Listing."},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"dir":"."}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":9}}"#;
+    let streamed = anthropic_tool_stream();
     g.vendors.script(
         "ant",
         vec![
@@ -860,7 +866,8 @@ async fn untranslatable_responses_are_refused_naming_the_field() {
 /// The official `openai` SDK reads a translated answer with its own types: a plain
 /// `responses.create` (its `output_text` and usage) and `responses.stream`, whose
 /// accumulator checks every event against the items it has seen and builds the final
-/// response from them, through an anthropic and a gemini destination.
+/// response from them, through an anthropic and a gemini destination; and a streamed
+/// function call through the accumulator (anthropic).
 #[tokio::test]
 async fn the_openai_sdk_reads_translated_responses_plain_and_streamed() {
     if !common::sdk::prerequisite(
@@ -904,6 +911,37 @@ print(f.output_text, f.usage.input_tokens, f.usage.output_tokens, f.status)
             format!("Hello from {vendor}. 12 8 20\nHello from {vendor}. 12 8 completed\n"),
             "{api}"
         );
+        if api == "anthropic" {
+            // A streamed function call, through the SDK's accumulator.
+            g.vendors
+                .script("ant", vec![Script::StreamPieces(anthropic_tool_stream())]);
+            let script = r#"
+import os, openai
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
+tools = [{"type": "function", "name": "ls", "parameters": {"type": "object"}, "strict": False}]
+with c.responses.stream(model="m", input="list", tools=tools, store=False) as s:
+    for _ in s:
+        pass
+    f = s.get_final_response()
+o = f.output[0]
+print(o.type, o.call_id, o.name, o.arguments, f.usage.output_tokens)
+"#;
+            let out = tokio::process::Command::new(common::sdk::python())
+                .arg("-c")
+                .arg(script)
+                .env("BASE", g.url("/v1"))
+                .env("KEY", KEY)
+                .output()
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(stdout, "function_call toolu_1 ls {\"dir\":\".\"} 9\n");
+        }
         quiesce_on(&g.ledger_db, 5).await;
         assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
     }
