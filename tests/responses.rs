@@ -431,3 +431,518 @@ async fn real_codex_exits_promptly_with_purser_reason_on_a_spent_budget() {
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
+
+// ---- Responses translated to chat completions for `api: anthropic` and `api: gemini`.
+
+/// A gateway whose model `m` is served only by one destination of `api` (provider id
+/// `ant` or `gem`), under a hard ceiling.
+async fn translated_gateway(engine: Engine, test: &str, api: &'static str) -> Option<Gateway> {
+    common::start_on(engine, test, move |v| {
+        vec![
+            provider(v, vendor_of(api), api, "eu", &[("m", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
+            format!(
+                "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: hard\nmax_output_tokens: 100\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await
+}
+
+fn vendor_of(api: &str) -> &'static str {
+    match api {
+        "anthropic" => "ant",
+        _ => "gem",
+    }
+}
+
+/// A Responses conversation with what translates faithfully: instructions, a developer
+/// message, a function tool, an earlier function call and its output, an image.
+fn translatable(stream: bool) -> Value {
+    json!({
+        "model": "m", "max_output_tokens": 50, "stream": stream, "store": false,
+        "instructions": "be brief",
+        "tools": [{"type": "function", "name": "ls", "description": "list", "parameters": {"type": "object"}}],
+        "input": [
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "house rules"}]},
+            {"role": "user", "content": "list files"},
+            {"type": "function_call", "call_id": "t1", "name": "ls", "arguments": "{\"dir\":\".\"}"},
+            {"type": "function_call_output", "call_id": "t1", "output": "a.txt"},
+            {"role": "user", "content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                {"type": "input_text", "text": "and this?"}]},
+        ],
+    })
+}
+
+/// The exact body each vendor gets for `translatable`: the chat adapters' own forms.
+fn expected_sent(api: &str, stream: bool) -> Value {
+    let mut b = match api {
+        "anthropic" => json!({
+            "model": "m", "max_tokens": 50, "system": "be brief\n\nhouse rules",
+            "messages": [
+                {"role": "user", "content": "list files"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {"dir": "."}}]},
+                // Two user turns in a row, as the chat adapter writes them: Anthropic
+                // reads consecutive turns of one role as one.
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]},
+                {"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                    {"type": "text", "text": "and this?"}]},
+            ],
+            "tools": [{"name": "ls", "description": "list", "input_schema": {"type": "object"}}],
+        }),
+        _ => json!({
+            "systemInstruction": {"parts": [{"text": "be brief"}, {"text": "house rules"}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "list files"}]},
+                {"role": "model", "parts": [{"functionCall": {"name": "ls", "args": {"dir": "."}}}]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "ls", "response": {"content": "a.txt"}}}]},
+                {"role": "user", "parts": [{"inlineData": {"mimeType": "image/png", "data": "AAAA"}}, {"text": "and this?"}]},
+            ],
+            "generationConfig": {"maxOutputTokens": 50},
+            "tools": [{"functionDeclarations": [{"name": "ls", "description": "list", "parameters": {"type": "object"}}]}],
+        }),
+    };
+    if stream && api == "anthropic" {
+        b["stream"] = json!(true);
+    }
+    b
+}
+
+async fn translated_plain_on(engine: Engine, api: &'static str) {
+    let Some(g) = translated_gateway(engine, &format!("responses_to_{api}_plain"), api).await
+    else {
+        return;
+    };
+    let vendor = vendor_of(api);
+    let (status, h, out) = send(&g, &translatable(false)).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let sent = &g.vendors.sent(vendor)[0].body;
+    assert_eq!(sent, &expected_sent(api, false), "{sent}");
+    // The answer in the Responses shape, under the client's model name.
+    assert_eq!(v["object"], "response", "{v}");
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["model"], "m");
+    assert_eq!(v["output"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["output"][0]["type"], "message");
+    assert_eq!(v["output"][0]["role"], "assistant");
+    assert_eq!(
+        v["output"][0]["content"],
+        json!([{"type": "output_text", "text": format!("Hello from {vendor}."), "annotations": []}])
+    );
+    assert_eq!(
+        (
+            &v["usage"]["input_tokens"],
+            &v["usage"]["output_tokens"],
+            &v["usage"]["total_tokens"]
+        ),
+        (&json!(12), &json!(8), &json!(20))
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    // 12 × 1 + 8 × 2 per million.
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+}
+
+/// The data of each event in an SSE body, parsed.
+fn event_data(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .collect()
+}
+
+async fn translated_stream_on(engine: Engine, api: &'static str) {
+    let Some(g) = translated_gateway(engine, &format!("responses_to_{api}_stream"), api).await
+    else {
+        return;
+    };
+    let vendor = vendor_of(api);
+    let (status, h, out) = send(&g, &translatable(true)).await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(h["content-type"], "text/event-stream");
+    let sent = &g.vendors.sent(vendor)[0].body;
+    assert_eq!(sent, &expected_sent(api, true), "{sent}");
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{text}"
+    );
+    let ev = event_data(&text);
+    let said: String = ev
+        .iter()
+        .filter_map(|e| e["delta"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(said, format!("Hello from {vendor}."));
+    assert!(
+        !text.contains("[DONE]") && !text.contains("chat.completion"),
+        "{text}"
+    );
+    let done = &ev.last().unwrap()["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(
+        done["output"][0]["content"][0]["text"],
+        format!("Hello from {vendor}.")
+    );
+    assert_eq!(
+        (
+            &done["usage"]["input_tokens"],
+            &done["usage"]["output_tokens"]
+        ),
+        (&json!(12), &json!(8)),
+        "{done}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    assert_eq!(
+        (row.outcome.as_str(), row.ingress.as_str()),
+        ("served", "responses")
+    );
+    assert_eq!(row.attempts[0].cost, "0.000028");
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+}
+
+#[tokio::test]
+async fn responses_to_an_anthropic_destination_are_answered_as_a_response_sqlite() {
+    translated_plain_on(Engine::Sqlite, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_to_an_anthropic_destination_are_answered_as_a_response_postgres() {
+    translated_plain_on(Engine::Postgres, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_an_anthropic_destination_come_back_as_responses_events_sqlite() {
+    translated_stream_on(Engine::Sqlite, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_an_anthropic_destination_come_back_as_responses_events_postgres() {
+    translated_stream_on(Engine::Postgres, "anthropic").await;
+}
+
+#[tokio::test]
+async fn responses_to_a_gemini_destination_are_answered_as_a_response_sqlite() {
+    translated_plain_on(Engine::Sqlite, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_to_a_gemini_destination_are_answered_as_a_response_postgres() {
+    translated_plain_on(Engine::Postgres, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_events_sqlite() {
+    translated_stream_on(Engine::Sqlite, "gemini").await;
+}
+
+#[tokio::test]
+async fn responses_streamed_to_a_gemini_destination_come_back_as_responses_events_postgres() {
+    translated_stream_on(Engine::Postgres, "gemini").await;
+}
+
+/// Anthropic's stream of one `tool_use` call of `ls` with `{"dir":"."}`, its input in
+/// two deltas (30 input and 9 output tokens).
+fn anthropic_tool_stream() -> Vec<Vec<u8>> {
+    let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n").into_bytes();
+    vec![
+        ev(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": null, "usage": {"input_tokens": 30, "output_tokens": 1}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {}}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"dir\":"}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "\".\"}"}}),
+        ),
+        ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 9}}),
+        ),
+        ev("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+/// A function call round trip through an anthropic destination: the vendor's
+/// `tool_use` comes back as a `function_call` item (plain and streamed), and the
+/// client's next turn, the call and its output appended to the input, reaches the
+/// vendor as the same `tool_use` and its `tool_result`.
+#[tokio::test]
+async fn a_function_call_round_trips_through_an_anthropic_destination() {
+    let g = translated_gateway(Engine::Sqlite, "responses_to_anthropic_calls", "anthropic")
+        .await
+        .unwrap();
+    let plain = r#"{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"Listing."},{"type":"tool_use","id":"toolu_1","name":"ls","input":{"dir":"."}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":30,"output_tokens":9}}"#;
+    let streamed = anthropic_tool_stream();
+    g.vendors.script(
+        "ant",
+        vec![
+            Script::Status(200, plain.into()),
+            Script::StreamPieces(streamed),
+        ],
+    );
+    let first = json!({"model": "m", "store": false, "input": "list files",
+        "tools": [{"type": "function", "name": "ls", "parameters": {"type": "object"}}]});
+    let (status, _, out) = send(&g, &first).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let output = v["output"].as_array().unwrap();
+    assert_eq!(output.len(), 2, "{v}");
+    assert_eq!(output[0]["content"][0]["text"], "Listing.");
+    assert_eq!(output[1]["type"], "function_call");
+    assert_eq!(output[1]["call_id"], "toolu_1");
+    assert_eq!(output[1]["name"], "ls");
+    assert_eq!(output[1]["arguments"], "{\"dir\":\".\"}");
+    assert_eq!(v["usage"]["total_tokens"], 39);
+
+    let mut streamed_req = first.clone();
+    streamed_req["stream"] = json!(true);
+    let (status, _, out) = send(&g, &streamed_req).await;
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let ev = event_data(&text);
+    let types: Vec<&str> = ev.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ],
+        "{text}"
+    );
+    assert_eq!(ev[2]["item"]["call_id"], "toolu_1");
+    assert_eq!(ev[5]["arguments"], "{\"dir\":\".\"}");
+    let done = &ev[7]["response"];
+    assert_eq!(done["output"][0]["type"], "function_call");
+    assert_eq!(done["usage"]["output_tokens"], 9);
+
+    // The next turn: the call as the answer gave it, and its output.
+    let mut next = first.clone();
+    next["input"] = json!([
+        {"role": "user", "content": "list files"},
+        output[0],
+        output[1],
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "a.txt"},
+    ]);
+    let (status, _, out) = send(&g, &next).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let sent = &g.vendors.sent("ant")[2].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Listing."},
+                {"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"dir": "."}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]},
+        ]),
+        "{sent}"
+    );
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["ant"]).await;
+}
+
+/// What has no faithful chat form is refused before any call, in the Responses
+/// envelope, naming the field: the recorded Codex request (its `additional_tools` item
+/// with namespaced tools and a custom tool), a hosted tool, encrypted reasoning, a
+/// stored conversation, and a setting the chat table refuses for Anthropic. (A hosted
+/// tool or a stored conversation is named by the bound first under a hard ceiling.)
+#[tokio::test]
+async fn untranslatable_responses_are_refused_naming_the_field() {
+    let g = translated_gateway(
+        Engine::Sqlite,
+        "responses_to_anthropic_refused",
+        "anthropic",
+    )
+    .await
+    .unwrap();
+    let mut codex = recorded();
+    codex["model"] = json!("m");
+    let hi = |extra: Value| {
+        let mut b = json!({"model": "m", "input": "hi"});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    for (body, param, says) in [
+        (codex, "input[0]", "additional_tools"),
+        (
+            hi(json!({"tools": [{"type": "web_search"}]})),
+            "tools[0]",
+            // Under a hard ceiling the bound names it first.
+            "hosted tool",
+        ),
+        (
+            hi(
+                json!({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}]}),
+            ),
+            "input[0].encrypted_content",
+            "encrypted reasoning",
+        ),
+        (
+            hi(json!({"previous_response_id": "resp_1"})),
+            "previous_response_id",
+            "not a response purser recorded",
+        ),
+        (hi(json!({"store": true})), "store", "keeps nothing"),
+        (
+            hi(
+                json!({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": true}]}),
+            ),
+            "tools[0].strict",
+            "strict",
+        ),
+    ] {
+        let (status, _, out) = send(&g, &body).await;
+        let e: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(status, 400, "{e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+        let message = e["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    assert_eq!(g.vendors.calls("ant"), 0);
+    // Each refusal is booked as refused, with no attempt and nothing charged.
+    assert_eq!(
+        g.ledger_db
+            .count("SELECT count(*) FROM requests WHERE outcome <> 'refused'")
+            .await,
+        0
+    );
+    assert_eq!(g.ledger_db.count("SELECT count(*) FROM attempts").await, 0);
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &["ant"]).await;
+}
+
+/// The official `openai` SDK reads a translated answer with its own types: a plain
+/// `responses.create` (its `output_text` and usage) and `responses.stream`, whose
+/// accumulator checks every event against the items it has seen and builds the final
+/// response from them, through an anthropic and a gemini destination; and a streamed
+/// function call through the accumulator (anthropic).
+#[tokio::test]
+async fn the_openai_sdk_reads_translated_responses_plain_and_streamed() {
+    if !common::sdk::prerequisite(
+        common::sdk::python_has(&[]).is_ok(),
+        "the openai Python SDK",
+    ) {
+        return;
+    }
+    for api in ["anthropic", "gemini"] {
+        let g = translated_gateway(Engine::Sqlite, &format!("responses_sdk_{api}"), api)
+            .await
+            .unwrap();
+        let script = r#"
+import os, openai
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
+r = c.responses.create(model="m", input="hi", store=False)
+print(r.output_text, r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens)
+with c.responses.stream(model="m", input="hi", store=False) as s:
+    for _ in s:
+        pass
+    f = s.get_final_response()
+print(f.output_text, f.usage.input_tokens, f.usage.output_tokens, f.status)
+"#;
+        let out = tokio::process::Command::new(common::sdk::python())
+            .arg("-c")
+            .arg(script)
+            .env("BASE", g.url("/v1"))
+            .env("KEY", KEY)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{api}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let vendor = vendor_of(api);
+        assert_eq!(
+            stdout,
+            format!("Hello from {vendor}. 12 8 20\nHello from {vendor}. 12 8 completed\n"),
+            "{api}"
+        );
+        if api == "anthropic" {
+            // A streamed function call, through the SDK's accumulator.
+            g.vendors
+                .script("ant", vec![Script::StreamPieces(anthropic_tool_stream())]);
+            let script = r#"
+import os, openai
+c = openai.OpenAI(base_url=os.environ["BASE"], api_key=os.environ["KEY"], max_retries=0)
+tools = [{"type": "function", "name": "ls", "parameters": {"type": "object"}, "strict": False}]
+with c.responses.stream(model="m", input="list", tools=tools, store=False) as s:
+    for _ in s:
+        pass
+    f = s.get_final_response()
+o = f.output[0]
+print(o.type, o.call_id, o.name, o.arguments, f.usage.output_tokens)
+"#;
+            let out = tokio::process::Command::new(common::sdk::python())
+                .arg("-c")
+                .arg(script)
+                .env("BASE", g.url("/v1"))
+                .env("KEY", KEY)
+                .output()
+                .await
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(stdout, "function_call toolu_1 ls {\"dir\":\".\"} 9\n");
+        }
+        quiesce_on(&g.ledger_db, 5).await;
+        assert_money_invariants_on(&g.ledger_db, &g.vendors, &[vendor]).await;
+    }
+}

@@ -281,6 +281,14 @@ impl Chain<'_> {
                     .map_or_else(Default::default, upstream::anthropic::usage),
                 Reply::Verbatim(raw),
             ),
+            // A Responses request translated to chat for Anthropic or Gemini: the
+            // adapter's chat completion goes back as a Responses `response`.
+            Api::Anthropic | Api::Gemini if self.req.ingress == Ingress::Responses => {
+                let (chat, usage) = upstream::translate(api, &at.dest, json);
+                let response =
+                    upstream::from_responses::response(&chat, at.dest.model.as_str(), &usage);
+                (usage, Reply::Complete(response))
+            }
             Api::Anthropic | Api::Gemini => {
                 let (translated, usage) = upstream::translate(api, &at.dest, json);
                 (usage, Reply::Complete(translated))

@@ -5,7 +5,9 @@
 //! The Anthropic Messages body passes through natively to `api: anthropic`
 //! destinations, is translated to chat completions for `api: openai` ones where that is
 //! faithful (`upstream::from_messages`, which names what is not), and is refused for
-//! `api: gemini`, naming the API.
+//! `api: gemini`, naming the API. The Responses body passes through natively to
+//! `api: openai` destinations and is translated to chat completions for the others
+//! (`upstream::from_responses`), then through the chat translation table.
 
 use serde_json::Value;
 
@@ -301,7 +303,8 @@ pub struct NotNative {
 
 /// Whether a destination speaking `api` can take this request: the chat translation
 /// table for chat (`upstream::fields`); for Messages, native pass-through to Anthropic
-/// or the faithful translation to chat completions; native only for Responses.
+/// or the faithful translation to chat completions; for Responses, native to OpenAI or
+/// translated to chat completions and checked against the chat table of the API.
 pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
     match (ingress, api) {
         (Ingress::Chat, _) => {
@@ -317,7 +320,29 @@ pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, St
                 (u.param, why)
             }),
         (Ingress::Messages, Api::Anthropic | Api::Gemini) => native(ingress, Api::Anthropic, api),
-        (Ingress::Responses, _) => native(ingress, Api::Openai, api),
+        (Ingress::Responses, Api::Openai) => Ok(()),
+        // Responses → chat completions, then the chat translation table of the API.
+        (Ingress::Responses, Api::Anthropic | Api::Gemini) => {
+            let chat = crate::upstream::from_responses::chat_body(body).map_err(|u| {
+                let why = format!(
+                    "`{}`: a responses request to provider API `{}` is translated to chat completions, where this has no faithful form: {}",
+                    u.param,
+                    api.as_str(),
+                    u.why
+                );
+                (u.param, why)
+            })?;
+            crate::upstream::fields::check(api, &chat).map_err(|r| {
+                // The chat table names a chat field; a function's setting is one level
+                // up in the flat Responses tool shape.
+                let param = r.param.replace(".function.", ".");
+                let why = format!(
+                    "a responses request is translated to chat completions for provider API `{}`: {r}",
+                    api.as_str()
+                );
+                (param, why)
+            })
+        }
     }
 }
 
@@ -447,5 +472,23 @@ mod tests {
         let (param, why) = check(Ingress::Messages, Api::Gemini, &b).unwrap_err();
         assert_eq!(param, "model");
         assert!(why.contains("`api: anthropic`"), "{why}");
+    }
+
+    #[test]
+    fn responses_are_translated_for_anthropic_and_gemini_and_checked_by_the_chat_table() {
+        let ok = json!({"model": "m", "input": "hi", "store": false});
+        for api in [Api::Openai, Api::Anthropic, Api::Gemini] {
+            assert!(check(Ingress::Responses, api, &ok).is_ok(), "{api:?}");
+        }
+        let hosted = json!({"model": "m", "input": "hi", "tools": [{"type": "web_search"}]});
+        assert!(check(Ingress::Responses, Api::Openai, &hosted).is_ok());
+        let (param, why) = check(Ingress::Responses, Api::Gemini, &hosted).unwrap_err();
+        assert_eq!(param, "tools[0]");
+        assert!(why.contains("provider API `gemini`"), "{why}");
+        // The chat table's refusal, named at the Responses path.
+        let strict = json!({"model": "m", "input": "hi", "tools": [
+            {"type": "function", "name": "f", "parameters": {}, "strict": true}]});
+        let (param, _) = check(Ingress::Responses, Api::Anthropic, &strict).unwrap_err();
+        assert_eq!(param, "tools[0].strict");
     }
 }

@@ -59,6 +59,9 @@ pub struct Live {
     /// A Messages request translated to chat completions: the chunks written back as
     /// Anthropic events, under the model name the client asked for.
     to_messages: Option<(upstream::from_messages::EventWriter, String)>,
+    /// A Responses request translated to chat completions (for Anthropic or Gemini):
+    /// the chunks written back as Responses events.
+    to_responses: Option<(upstream::from_responses::EventWriter, String)>,
 }
 
 pub enum Start {
@@ -111,9 +114,11 @@ fn signal(api: Api, ingress: Ingress, e: &SseEvent) -> Result<EventSignal, ()> {
         return Ok(EventSignal::Neutral);
     }
     let v: Value = serde_json::from_str(&e.data).map_err(|_| ())?;
-    match ingress {
-        Ingress::Responses => Ok(responses_signal(api, &v)),
-        Ingress::Chat | Ingress::Messages => {
+    match (ingress, api) {
+        (Ingress::Responses, Api::Openai) => Ok(responses_signal(api, &v)),
+        // A translated Responses request reads the vendor's own events.
+        (Ingress::Responses, Api::Anthropic | Api::Gemini)
+        | (Ingress::Chat | Ingress::Messages, _) => {
             Ok(failure::classify_event(api, e.event.as_deref(), &v))
         }
     }
@@ -179,7 +184,7 @@ pub async fn first_content(
     idle: Duration,
 ) -> Start {
     let mut translator = ChunkTranslator::new(api, dest);
-    if ingress == Ingress::Responses {
+    if ingress == Ingress::Responses && api == Api::Openai {
         translator.for_responses();
     }
     let mut live = Live {
@@ -195,6 +200,8 @@ pub async fn first_content(
         hold_end: false,
         held_end: Vec::new(),
         to_messages: (ingress == Ingress::Messages && api != Api::Anthropic)
+            .then(|| (Default::default(), dest.model.to_string())),
+        to_responses: (ingress == Ingress::Responses && api != Api::Openai)
             .then(|| (Default::default(), dest.model.to_string())),
     };
     // Kept only while no event has been seen: an upstream that ignored `stream` and
@@ -308,7 +315,7 @@ impl Live {
         match self.ingress {
             Ingress::Chat => false,
             Ingress::Messages => self.to_messages.is_none(),
-            Ingress::Responses => true,
+            Ingress::Responses => self.to_responses.is_none(),
         }
     }
 
@@ -322,15 +329,21 @@ impl Live {
         }
     }
 
-    /// OpenAI chunks as the client reads them: as they are, or as Anthropic events.
+    /// OpenAI chunks as the client reads them: as they are, or as Anthropic or
+    /// Responses events.
     fn written(&mut self, chunks: &[Value]) -> Vec<Bytes> {
-        match &mut self.to_messages {
-            Some((w, model)) => chunks
+        match (&mut self.to_messages, &mut self.to_responses) {
+            (Some((w, model)), _) => chunks
                 .iter()
                 .flat_map(|c| w.chunk(c, model))
                 .map(Bytes::from)
                 .collect(),
-            None => chunks.iter().map(sse).collect(),
+            (None, Some((w, model))) => chunks
+                .iter()
+                .flat_map(|c| w.chunk(c, model))
+                .map(Bytes::from)
+                .collect(),
+            (None, None) => chunks.iter().map(sse).collect(),
         }
     }
 
@@ -650,6 +663,15 @@ impl Tail {
             End::Complete if live.to_messages.is_some() => {
                 let usage = live.translator.usage();
                 if let Some((w, model)) = &mut live.to_messages {
+                    for e in w.end(&usage, model) {
+                        out.send(Bytes::from(e)).await;
+                    }
+                }
+            }
+            // A Responses request translated to chat: the Responses ending.
+            End::Complete if live.to_responses.is_some() => {
+                let usage = live.translator.usage();
+                if let Some((w, model)) = &mut live.to_responses {
                     for e in w.end(&usage, model) {
                         out.send(Bytes::from(e)).await;
                     }

@@ -19,7 +19,14 @@ pub fn prepare(
 ) -> Prepared {
     match req.ingress {
         Ingress::Messages => native(dest, base_url, key, req),
-        Ingress::Chat | Ingress::Responses => translated(dest, base_url, key, req),
+        Ingress::Chat => translated(dest, base_url, key, req),
+        // Responses → chat completions → Messages: the chat adapter does the rest.
+        Ingress::Responses => translated(
+            dest,
+            base_url,
+            key,
+            &super::from_responses::chat_request(req),
+        ),
     }
 }
 

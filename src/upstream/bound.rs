@@ -352,9 +352,19 @@ pub fn input_tokens(
                 param: u.param,
             })?,
         ),
+        // A Responses body to Anthropic or Gemini is the chat body it becomes there,
+        // framed by that adapter: counted as chat messages and tools.
+        (Ingress::Responses, Api::Anthropic | Api::Gemini) => Some(
+            super::from_responses::chat_body(&req.body).map_err(|u| Unbounded {
+                what: format!("it has no faithful chat-completions form: {}", u.why),
+                param: u.param,
+            })?,
+        ),
         _ => None,
     };
     let text = match &translated {
+        // Walked as the vendor's body (`prepare` translates it again).
+        Some(_) if api != Api::Openai => sent_bytes(dest, req),
         Some(chat) => content_walk(chat, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
@@ -362,9 +372,9 @@ pub fn input_tokens(
         None => sent_bytes(dest, req),
     };
     let body = translated.as_ref().unwrap_or(&req.body);
-    let (n_messages, tools) = match req.ingress {
+    let (n_messages, tools) = match (req.ingress, &translated) {
         // Each input item is framed like a message; tools may sit inside items too.
-        Ingress::Responses => {
+        (Ingress::Responses, None) => {
             let items = body.get("input").and_then(Value::as_array);
             let nested: u64 = items
                 .into_iter()
@@ -381,7 +391,7 @@ pub fn input_tokens(
                 top.saturating_add(nested),
             )
         }
-        Ingress::Chat | Ingress::Messages => (
+        (Ingress::Responses, Some(_)) | (Ingress::Chat | Ingress::Messages, _) => (
             messages(body).len() as u64,
             ["tools", "functions"]
                 .iter()
@@ -619,6 +629,32 @@ mod tests {
                 "{api:?}: {bound} < {}",
                 json_len(&sent)
             );
+            let exact = serde_json::to_string(&sent).unwrap().len() as u64;
+            assert!(bound >= exact, "{api:?}: {bound} < {exact}");
+        }
+    }
+
+    /// A Responses body to Anthropic or Gemini is bounded over the vendor body it
+    /// becomes (translated to chat, then by the adapter), not over the client's items.
+    #[test]
+    fn a_translated_responses_bound_covers_the_body_sent() {
+        let body = json!({"model": "m", "instructions": "i".repeat(900),
+            "tools": [{"type": "function", "name": "f", "description": "d".repeat(300), "parameters": {"type": "object"}}],
+            "input": [
+            {"role": "developer", "content": [{"type": "input_text", "text": "s".repeat(1000)}]},
+            {"role": "user", "content": [{"type": "input_text", "text": "é".repeat(500)}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\":\"yyyy\"}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r".repeat(700)},
+            {"role": "user", "content": "again"}]});
+        for api in [Api::Anthropic, Api::Gemini] {
+            let d = dest(api, MediaTokens::default());
+            let r = ChatRequest {
+                ingress: crate::ingress::Ingress::Responses,
+                ..req(body.clone())
+            };
+            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            assert!(sent.to_string().contains(&"r".repeat(700)), "{sent}");
+            let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
             let exact = serde_json::to_string(&sent).unwrap().len() as u64;
             assert!(bound >= exact, "{api:?}: {bound} < {exact}");
         }

@@ -16,6 +16,15 @@ pub fn prepare(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
+    // Responses → chat completions → generateContent: the chat adapter does the rest.
+    if req.ingress == crate::ingress::Ingress::Responses {
+        return prepare(
+            dest,
+            base_url,
+            key,
+            &super::from_responses::chat_request(req),
+        );
+    }
     let (system, turns) = turns(&req.body);
     let system: Vec<Value> = system.into_iter().map(|t| json!({"text": t})).collect();
     let contents: Vec<Value> = turns

@@ -5,6 +5,7 @@ pub mod anthropic;
 pub mod bound;
 pub mod fields;
 pub mod from_messages;
+pub mod from_responses;
 pub mod gemini;
 pub mod openai;
 pub mod stream;
