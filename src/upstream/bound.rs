@@ -31,6 +31,11 @@ pub enum Per {
     Tool,
     /// Once when any tool is declared: the vendor's tool-use system prompt.
     ToolUsePrompt,
+    /// Each tool whose definition the vendor writes, not the client (a typed tool the
+    /// client runs: Anthropic's bash, text editor, computer, memory; OpenAI's shell,
+    /// apply_patch): the body carries its type name, the prompt carries the vendor's
+    /// definition of it, and any system prompt that comes with it.
+    DefinedTool,
 }
 
 /// One documented overhead: tokens `api` adds `per` something, and where the figure is
@@ -116,6 +121,24 @@ pub static OVERHEADS: &[Overhead] = &[
         per: Per::ToolUsePrompt,
         tokens: 256,
         source: "not documented by Google (usageMetadata.toolUsePromptTokenCount counts tool results, which purser adds to input); the OpenAI-compatible margin: 256",
+    },
+    Overhead {
+        api: Api::Openai,
+        per: Per::DefinedTool,
+        tokens: 1_280,
+        source: "OpenAI documents no token count for the definitions of its typed tools (shell, apply_patch, local_shell); Anthropic's figures for the same kind of tool are the margin: 1,280",
+    },
+    Overhead {
+        api: Api::Anthropic,
+        per: Per::DefinedTool,
+        tokens: 1_280,
+        source: "Anthropic, Computer use / Text editor / Bash tool docs: the tool's definition adds 735 (computer), 700 (text editor), 245 (bash) input tokens, and computer use adds a system prompt of 466-499: the largest tool with its prompt, 1,234, rounded up to 1,280",
+    },
+    Overhead {
+        api: Api::Gemini,
+        per: Per::DefinedTool,
+        tokens: 1_280,
+        source: "Gemini takes no typed client tools (a typed tool reaches it refused or as a function); the same margin as the other APIs: 1,280",
     },
 ];
 
@@ -406,7 +429,37 @@ pub fn input_tokens(
     if tools > 0 {
         over = over.saturating_add(overhead(api, Per::ToolUsePrompt));
     }
+    over = over
+        .saturating_add(defined_tools(&req.body).saturating_mul(overhead(api, Per::DefinedTool)));
     Ok(text.saturating_add(media_tokens).saturating_add(over))
+}
+
+/// Tools in the client's body (top level, and inside Responses input items) whose
+/// definition the vendor writes: any with a `type` other than `function` or `custom`.
+/// Those that run at the vendor are refused before a bound is taken; the rest run at
+/// the client but are described to the model by the vendor's own text, which the
+/// body's bytes do not carry.
+fn defined_tools(body: &Value) -> u64 {
+    let typed = |tools: &Value| {
+        tools.as_array().map_or(0, |a| {
+            a.iter()
+                .filter(|t| {
+                    t.get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|ty| ty != "function" && ty != "custom")
+                })
+                .count() as u64
+        })
+    };
+    let nested: u64 = body
+        .get("input")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.get("tools"))
+        .map(typed)
+        .sum();
+    body.get("tools").map_or(0, typed).saturating_add(nested)
 }
 
 /// Bytes of the body as it leaves for `dest`, media parts left out.
@@ -591,10 +644,51 @@ mod tests {
 
     const APIS: [Api; 3] = [Api::Openai, Api::Anthropic, Api::Gemini];
 
+    /// The attack of issue 22's review: three Anthropic-defined tools in a 300-byte
+    /// body, whose definitions Anthropic writes into the prompt (735 + 700 + 245
+    /// tokens, and computer use's system prompt of up to 499, plus the tool-use prompt
+    /// of 346): about 2,500 tokens billed. The bound counts each at its defined-tool
+    /// overhead, so it covers them.
+    #[test]
+    fn tools_the_vendor_defines_are_counted_at_their_definitions() {
+        let body = json!({"model": "x", "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [
+            {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768},
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+            {"type": "bash_20250124", "name": "bash"},
+        ]});
+        let mut r = req(body);
+        r.ingress = crate::ingress::Ingress::Messages;
+        let n = input_tokens(
+            &dest(Api::Anthropic, MediaTokens::default()),
+            &r,
+            Undeclared::Refuse,
+        )
+        .unwrap();
+        assert!(n >= 735 + 700 + 245 + 499 + 346, "{n}");
+        // A function tool alone adds no definition of the vendor's.
+        let mut plain = r.clone();
+        plain.body["tools"] = json!([{"name": "f", "input_schema": {"type": "object"}}]);
+        let m = input_tokens(
+            &dest(Api::Anthropic, MediaTokens::default()),
+            &plain,
+            Undeclared::Refuse,
+        )
+        .unwrap();
+        assert!(m < 1_280, "{m}");
+    }
+
     #[test]
     fn every_api_has_one_row_per_overhead_with_a_source() {
         for api in APIS {
-            for per in [Per::Request, Per::Message, Per::Tool, Per::ToolUsePrompt] {
+            for per in [
+                Per::Request,
+                Per::Message,
+                Per::Tool,
+                Per::ToolUsePrompt,
+                Per::DefinedTool,
+            ] {
                 let rows: Vec<_> = OVERHEADS
                     .iter()
                     .filter(|o| o.api == api && o.per == per)

@@ -774,6 +774,7 @@ pub fn markdown() -> String {
             super::bound::Per::Message => "message",
             super::bound::Per::Tool => "tool",
             super::bound::Per::ToolUsePrompt => "request with tools (tool-use prompt)",
+            super::bound::Per::DefinedTool => "tool the vendor defines (typed client tool)",
         };
         s.push_str(&format!(
             "| {} | {per} | {} | {} |\n",
