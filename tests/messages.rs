@@ -908,3 +908,82 @@ async fn real_claude_code_exits_promptly_with_purser_reason_on_a_spent_budget() 
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
+
+/// Server-side compaction (`context_management` edit `compact_…`) runs an extra pass
+/// over the whole input, billed beyond what the bound sees: a hard ceiling refuses it,
+/// naming the edit, before any vendor call. A clearing edit, as Claude Code sends, stays
+/// admitted (`claude_code_request_is_served_natively_*`).
+async fn compaction_refused_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_compact", "10.00", "reject", None).await else {
+        return;
+    };
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [
+            {"type": "clear_thinking_20251015", "keep": "all"},
+            {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}}]}});
+    let (status, _, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("`context_management.edits[1]`"), "{msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn server_side_compaction_is_refused_under_a_hard_ceiling_sqlite() {
+    compaction_refused_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn server_side_compaction_is_refused_under_a_hard_ceiling_postgres() {
+    compaction_refused_on(Engine::Postgres).await;
+}
+
+/// `anthropic-beta: context-1m-…` lets the vendor take (and bill at long-context rates)
+/// more input than the entry's declared window. Whatever the beta, an input bound over
+/// the window is not bounded at that destination: refused with the arithmetic, no call.
+async fn over_the_window_refused_on(engine: Engine) {
+    let Some(g) = common::start_on(engine, "messages_1m", |v| {
+        docs(v, "10.00", "reject", None)
+            .into_iter()
+            .map(|d| d.replace("context_window: 1000000", "context_window: 2000"))
+            .collect()
+    })
+    .await
+    else {
+        return;
+    };
+    let beta = [(
+        "anthropic-beta".to_string(),
+        "context-1m-2025-08-07".to_string(),
+    )];
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "word ".repeat(4000)}]});
+    let (status, _, bytes) = send(&g, &body, &beta, "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 402, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("purser (ceiling_exceeded)"), "{msg}");
+    assert!(msg.contains("window 2000"), "the arithmetic: {msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    // Within the window the same beta is served: the entry's rates cover it.
+    let small = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, bytes) = send(&g, &small, &beta, "/v1/messages").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(g.vendors.calls(PROVIDER), 1);
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn input_over_the_declared_window_is_refused_whatever_the_beta_sqlite() {
+    over_the_window_refused_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn input_over_the_declared_window_is_refused_whatever_the_beta_postgres() {
+    over_the_window_refused_on(Engine::Postgres).await;
+}
