@@ -928,6 +928,29 @@ async fn compaction_refused_on(engine: Engine) {
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.contains("`context_management.edits[1]`"), "{msg}");
     assert_eq!(g.vendors.calls(PROVIDER), 0);
+    // `purser explain` names the same edit, with the reason the reading gave.
+    let file = std::env::temp_dir().join(format!("purser-compact-{}.json", std::process::id()));
+    std::fs::write(&file, body.to_string()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .arg("explain")
+        .arg(&g.config)
+        .args([
+            "--policy",
+            "agents",
+            "--model",
+            MODEL,
+            "--ingress",
+            "messages",
+            "--body",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("field `context_management.edits[1]`: cannot be bounded (a context edit"),
+        "{text}"
+    );
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
 

@@ -609,7 +609,8 @@ fn anthropic_streamed_compaction_iterations_are_summed() {
         data: json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
                      "usage": {"input_tokens": 10, "output_tokens": 5, "iterations": [
                          {"type": "compaction", "input_tokens": 50000, "output_tokens": 2000},
-                         {"type": "message", "input_tokens": 10, "output_tokens": 5}]}}).to_string(),
+                         {"type": "message", "input_tokens": 10, "output_tokens": 5}]}})
+        .to_string(),
     };
     let mut t = ChunkTranslator::new(Api::Anthropic, &dest(Api::Anthropic));
     t.event(&start);
