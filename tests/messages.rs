@@ -1010,3 +1010,58 @@ async fn input_over_the_declared_window_is_refused_whatever_the_beta_sqlite() {
 async fn input_over_the_declared_window_is_refused_whatever_the_beta_postgres() {
     over_the_window_refused_on(Engine::Postgres).await;
 }
+
+/// Where no proof is needed (a soft ceiling, no budget) compaction is admitted, and the
+/// ledger books what it bills: the compaction passes in `usage.iterations`, summed,
+/// not the top-level figures that count only the last pass.
+async fn compaction_booked_on(engine: Engine) {
+    let Some(g) = common::start_on(engine, "messages_compact_booked", |v| {
+        docs(v, "10.00", "reject", None)
+            .into_iter()
+            .map(|d| d.replace("mode: hard", "mode: soft"))
+            .collect()
+    })
+    .await
+    else {
+        return;
+    };
+    let answer = json!({"id": "msg_c", "type": "message", "role": "assistant", "model": UPSTREAM,
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 100, "output_tokens": 20,
+            "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "iterations": [
+            {"type": "compaction", "input_tokens": 180000, "output_tokens": 3000,
+             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+            {"type": "message", "input_tokens": 100, "output_tokens": 20,
+             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}]}});
+    g.vendors
+        .script(PROVIDER, vec![Script::Status(200, answer.to_string())]);
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [{"type": "compact_20260112"}]}});
+    let (status, h, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    let a = &row.attempts[0];
+    assert_eq!(
+        (a.input_tokens, a.output_tokens),
+        (Some(180_100), Some(3020))
+    );
+    // 180100×5 + 3020×25, per million (no cache: every input token at the input rate).
+    assert_eq!(a.cost, "0.976", "{a:?}");
+    assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn compaction_passes_are_booked_summed_sqlite() {
+    compaction_booked_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn compaction_passes_are_booked_summed_postgres() {
+    compaction_booked_on(Engine::Postgres).await;
+}
