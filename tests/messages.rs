@@ -908,3 +908,160 @@ async fn real_claude_code_exits_promptly_with_purser_reason_on_a_spent_budget() 
     assert_eq!(g.vendors.calls(PROVIDER), 0);
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
 }
+
+/// Server-side compaction (`context_management` edit `compact_…`) runs an extra pass
+/// over the whole input, billed beyond what the bound sees: a hard ceiling refuses it,
+/// naming the edit, before any vendor call. A clearing edit, as Claude Code sends, stays
+/// admitted (`claude_code_request_is_served_natively_*`).
+async fn compaction_refused_on(engine: Engine) {
+    let Some(g) = gateway(engine, "messages_compact", "10.00", "reject", None).await else {
+        return;
+    };
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [
+            {"type": "clear_thinking_20251015", "keep": "all"},
+            {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}}]}});
+    let (status, _, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("`context_management.edits[1]`"), "{msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    // `purser explain` names the same edit, with the reason the reading gave.
+    let file = std::env::temp_dir().join(format!("purser-compact-{}.json", std::process::id()));
+    std::fs::write(&file, body.to_string()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_purser"))
+        .arg("explain")
+        .arg(&g.config)
+        .args([
+            "--policy",
+            "agents",
+            "--model",
+            MODEL,
+            "--ingress",
+            "messages",
+            "--body",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("field `context_management.edits[1]`: cannot be bounded (a context edit"),
+        "{text}"
+    );
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn server_side_compaction_is_refused_under_a_hard_ceiling_sqlite() {
+    compaction_refused_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn server_side_compaction_is_refused_under_a_hard_ceiling_postgres() {
+    compaction_refused_on(Engine::Postgres).await;
+}
+
+/// `anthropic-beta: context-1m-…` lets the vendor take (and bill at long-context rates)
+/// more input than the entry's declared window. Whatever the beta, an input bound over
+/// the window is not bounded at that destination: refused with the arithmetic, no call.
+async fn over_the_window_refused_on(engine: Engine) {
+    let Some(g) = common::start_on(engine, "messages_1m", |v| {
+        docs(v, "10.00", "reject", None)
+            .into_iter()
+            .map(|d| d.replace("context_window: 1000000", "context_window: 2000"))
+            .collect()
+    })
+    .await
+    else {
+        return;
+    };
+    let beta = [(
+        "anthropic-beta".to_string(),
+        "context-1m-2025-08-07".to_string(),
+    )];
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "word ".repeat(4000)}]});
+    let (status, _, bytes) = send(&g, &body, &beta, "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 402, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("purser (ceiling_exceeded)"), "{msg}");
+    assert!(msg.contains("window 2000"), "the arithmetic: {msg}");
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    // Within the window the same beta is served: the entry's rates cover it.
+    let small = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, bytes) = send(&g, &small, &beta, "/v1/messages").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(g.vendors.calls(PROVIDER), 1);
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn input_over_the_declared_window_is_refused_whatever_the_beta_sqlite() {
+    over_the_window_refused_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn input_over_the_declared_window_is_refused_whatever_the_beta_postgres() {
+    over_the_window_refused_on(Engine::Postgres).await;
+}
+
+/// Where no proof is needed (a soft ceiling, no budget) compaction is admitted, and the
+/// ledger books what it bills: the compaction passes in `usage.iterations`, summed,
+/// not the top-level figures that count only the last pass.
+async fn compaction_booked_on(engine: Engine) {
+    let Some(g) = common::start_on(engine, "messages_compact_booked", |v| {
+        docs(v, "10.00", "reject", None)
+            .into_iter()
+            .map(|d| d.replace("mode: hard", "mode: soft"))
+            .collect()
+    })
+    .await
+    else {
+        return;
+    };
+    let answer = json!({"id": "msg_c", "type": "message", "role": "assistant", "model": UPSTREAM,
+        "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 100, "output_tokens": 20,
+            "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "iterations": [
+            {"type": "compaction", "input_tokens": 180000, "output_tokens": 3000,
+             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+            {"type": "message", "input_tokens": 100, "output_tokens": 20,
+             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}]}});
+    g.vendors
+        .script(PROVIDER, vec![Script::Status(200, answer.to_string())]);
+    let body = json!({"model": MODEL, "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [{"type": "compact_20260112"}]}});
+    let (status, h, bytes) = send(&g, &body, &[], "/v1/messages").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    quiesce_on(&g.ledger_db, 5).await;
+    let row = g
+        .ledger_db
+        .request(h["x-purser-request-id"].to_str().unwrap())
+        .await;
+    let a = &row.attempts[0];
+    assert_eq!(
+        (a.input_tokens, a.output_tokens),
+        (Some(180_100), Some(3020))
+    );
+    // 180100×5 + 3020×25, per million (no cache: every input token at the input rate).
+    assert_eq!(a.cost, "0.976", "{a:?}");
+    assert_eq!(a.cost_basis.as_deref(), Some("usage"));
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn compaction_passes_are_booked_summed_sqlite() {
+    compaction_booked_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn compaction_passes_are_booked_summed_postgres() {
+    compaction_booked_on(Engine::Postgres).await;
+}

@@ -20,6 +20,9 @@ pub struct Imagined {
     pub choices: u64,
     /// Top-level request fields beyond model and messages.
     pub fields: Vec<String>,
+    /// Why each field a real body's reading judged unbounded is so (a tool, a context
+    /// edit, `speed`): named in that reading's words rather than the field table's.
+    pub reasons: Vec<(String, &'static str)>,
     /// Media parts the request carries, by kind (`--part image`).
     pub parts: Vec<MediaKind>,
     /// A real body (`--body`): bounded as the gateway bounds it, per destination.
@@ -98,7 +101,8 @@ pub fn explain_body(
             messages,
             max_tokens: parsed.max_tokens,
             choices: parsed.choices,
-            fields: parsed.unbounded.into_iter().map(|(f, _)| f).collect(),
+            fields: parsed.unbounded.iter().map(|(f, _)| f.clone()).collect(),
+            reasons: parsed.unbounded,
             parts: Vec::new(),
             body: Some(req),
         },
@@ -255,7 +259,12 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
         );
     }
     for f in &req.fields {
-        let risk = match bearing(f) {
+        let judged = req
+            .reasons
+            .iter()
+            .find(|(r, _)| r == f)
+            .map(|(_, why)| *why);
+        let risk = match judged.map(Bearing::Unbounded).or_else(|| bearing(f)) {
             Some(Bearing::Unbounded(why)) => Some(why),
             None => Some("purser does not know what this field costs"),
             Some(Bearing::Tier) => {

@@ -34,7 +34,8 @@ pub const MESSAGES_FIELDS: &[(&str, Bearing)] = &[
     ("tool_choice", Bearing::Input),
     // Extended thinking (fixed budget or adaptive) is billed inside `max_tokens`.
     ("thinking", Bearing::Neutral),
-    // Clears earlier context: it can only lower the input the bound already counts.
+    // Clearing edits (`clear_*`) drop earlier context: they can only lower the input
+    // the bound already counts. Every other edit is checked below.
     ("context_management", Bearing::Neutral),
     // Effort and output format: the format's schema is sent, so counted as input.
     ("output_config", Bearing::Input),
@@ -132,6 +133,7 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
             ));
         }
     }
+    context_edits(obj.get("context_management"), &mut unbounded);
     let tier = super::request::tier_ask(obj, "standard_only", &mut unbounded)?;
     let max_tokens = request::cap(obj, "max_tokens")?;
     let stream = request::stream_flag(obj)?;
@@ -144,6 +146,26 @@ pub fn parse_messages(body: &Value) -> Result<Parsed, GatewayError> {
         tier,
         unbounded,
     })
+}
+
+/// Anthropic context edits: one that clears (`clear_tool_uses_…`, `clear_thinking_…`)
+/// only removes input the bound already counts. Any other (server-side compaction,
+/// which runs an extra pass over the whole input, and any edit named later) is billed
+/// beyond what the bound sees: a rule by meaning, not a list of the billed ones.
+fn context_edits(cm: Option<&Value>, unbounded: &mut Vec<(String, &'static str)>) {
+    let edits = cm.and_then(|c| c.get("edits")).and_then(Value::as_array);
+    for (i, e) in edits.into_iter().flatten().enumerate() {
+        let clears = e
+            .get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| t.starts_with("clear_"));
+        if !clears {
+            unbounded.push((
+                format!("context_management.edits[{i}]"),
+                "a context edit that does not only clear (e.g. compaction) runs extra passes over the input the bound does not see",
+            ));
+        }
+    }
 }
 
 /// Every OpenAI Responses field purser knows, and its bearing on cost.
@@ -390,6 +412,28 @@ mod tests {
         let mut names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["brand_new", "tools[2]"]);
+    }
+
+    /// Clearing edits stay admitted (Claude Code sends `clear_thinking_…`); compaction
+    /// and any edit that is not a clear is named by its index.
+    #[test]
+    fn context_edits_that_do_not_clear_are_named() {
+        let p = parse_messages(&json!({
+            "model": "m", "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+            "context_management": {"edits": [
+                {"type": "clear_tool_uses_20250919"},
+                {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}},
+                {"type": "clear_thinking_20251015", "keep": "all"},
+                {"keep": "all"},
+            ]},
+        }))
+        .unwrap();
+        let names: Vec<_> = p.unbounded.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            names,
+            ["context_management.edits[1]", "context_management.edits[3]"]
+        );
     }
 
     /// The body of the official `anthropic` SDK's `test_method_create_with_all_params`

@@ -245,7 +245,40 @@ pub fn finish_reason(stop_reason: Option<&str>) -> &'static str {
 /// are added to make the input total. Anthropic reports no total and no breakdown of
 /// the output, so there is no second reading to cross-check `output_tokens` against;
 /// a stream's placeholder count is dropped by the translator until the final one.
+///
+/// Server-side compaction bills each pass it runs: the answer lists them in
+/// `usage.iterations`, and the top-level figures may count only the last. Each figure
+/// is read at its largest: the top-level one, or the iterations' sum where that is more.
 pub fn usage(u: &Value) -> Usage {
+    let top = one_usage(u);
+    let Some(iterations) = u.get("iterations").and_then(Value::as_array) else {
+        return top;
+    };
+    let sum = iterations
+        .iter()
+        .map(one_usage)
+        .fold(Usage::default(), |a, b| Usage {
+            input: add(a.input, b.input),
+            cached_input: add(a.cached_input, b.cached_input),
+            cache_write: add(a.cache_write, b.cache_write),
+            output: add(a.output, b.output),
+            cache_write_1h: add(a.cache_write_1h, b.cache_write_1h),
+            unpriced: a.unpriced || b.unpriced,
+            ..Usage::default()
+        });
+    top.largest(sum)
+}
+
+/// Two counts summed, where either was reported.
+fn add(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+    }
+}
+
+/// One usage object's own figures (the top level, or one compaction pass).
+fn one_usage(u: &Value) -> Usage {
     let read = count(u, "/cache_read_input_tokens");
     // The writes at their largest reading: the total, or its split by lifetime where
     // that says more (a relay that zeroes the total must not hide the parts).

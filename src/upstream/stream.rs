@@ -477,6 +477,16 @@ impl ChunkTranslator {
                 (Value::Object(_), None) if k == "cache_creation" => {
                     self.anthropic_usage.insert(k.clone(), n.clone());
                 }
+                // Compaction passes: the report listing more of them is kept (a later,
+                // shorter repeat never drops a billed pass). `usage()` sums them.
+                (Value::Array(passes), old) if k == "iterations" => {
+                    let shorter = old
+                        .and_then(|o| o.as_array())
+                        .is_some_and(|o| o.len() > passes.len());
+                    if !shorter {
+                        self.anthropic_usage.insert(k.clone(), n.clone());
+                    }
+                }
                 _ => {}
             }
         }

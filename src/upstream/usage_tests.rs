@@ -570,3 +570,51 @@ fn a_responses_usage_with_a_class_purser_does_not_price_is_marked_unpriced() {
     let writes = u(json!({"cached_tokens": 0, "cache_write_tokens": 1024}));
     assert!(writes.unpriced);
 }
+
+/// Server-side compaction reports each pass in `usage.iterations`; the top level may
+/// count only the last. The ledger reads the sum where it is larger, figure by figure.
+#[test]
+fn anthropic_compaction_iterations_are_summed_when_larger() {
+    let u = super::anthropic::usage(&json!({
+        "input_tokens": 100, "output_tokens": 20,
+        "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0,
+        "iterations": [
+            {"type": "compaction", "input_tokens": 180000, "output_tokens": 3000,
+             "cache_read_input_tokens": 500, "cache_creation_input_tokens": 0},
+            {"type": "message", "input_tokens": 100, "output_tokens": 20,
+             "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+        ],
+    }));
+    assert_eq!(u.input, Some(180_600));
+    assert_eq!(u.output, Some(3020));
+    assert_eq!(u.cached_input, Some(500));
+    // Top-level figures larger than the sum stay as they are.
+    let u = super::anthropic::usage(&json!({
+        "input_tokens": 900, "output_tokens": 50,
+        "iterations": [{"type": "message", "input_tokens": 10, "output_tokens": 5}],
+    }));
+    assert_eq!((u.input, u.output), (Some(900), Some(50)));
+}
+
+/// A stream's compaction passes come in `message_delta`'s usage: they survive the
+/// merge with `message_start`'s and are summed as in a plain answer.
+#[test]
+fn anthropic_streamed_compaction_iterations_are_summed() {
+    let start = SseEvent {
+        event: Some("message_start".into()),
+        data: json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 10, "output_tokens": 1}}}).to_string(),
+    };
+    let delta = SseEvent {
+        event: Some("message_delta".into()),
+        data: json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                     "usage": {"input_tokens": 10, "output_tokens": 5, "iterations": [
+                         {"type": "compaction", "input_tokens": 50000, "output_tokens": 2000},
+                         {"type": "message", "input_tokens": 10, "output_tokens": 5}]}})
+        .to_string(),
+    };
+    let mut t = ChunkTranslator::new(Api::Anthropic, &dest(Api::Anthropic));
+    t.event(&start);
+    t.event(&delta);
+    let u = t.usage();
+    assert_eq!((u.input, u.output), (Some(50_010), Some(2005)));
+}
