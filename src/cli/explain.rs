@@ -20,6 +20,9 @@ pub struct Imagined {
     pub choices: u64,
     /// Top-level request fields beyond model and messages.
     pub fields: Vec<String>,
+    /// Why a real body's field or item cannot be bounded, as the gateway's parse said
+    /// (an input item or hosted tool is named by path, which no field table lists).
+    pub reasons: Vec<(String, &'static str)>,
     /// Media parts the request carries, by kind (`--part image`).
     pub parts: Vec<MediaKind>,
     /// A real body (`--body`): bounded as the gateway bounds it, per destination.
@@ -98,7 +101,8 @@ pub fn explain_body(
             messages,
             max_tokens: parsed.max_tokens,
             choices: parsed.choices,
-            fields: parsed.unbounded.into_iter().map(|(f, _)| f).collect(),
+            fields: parsed.unbounded.iter().map(|(f, _)| f.clone()).collect(),
+            reasons: parsed.unbounded,
             parts: Vec::new(),
             body: Some(req),
         },
@@ -255,7 +259,9 @@ pub fn explain(dir: &Path, policy: &str, model: &str, req: &Imagined) -> ExitCod
         );
     }
     for f in &req.fields {
+        let parsed_why = req.reasons.iter().find(|(p, _)| p == f).map(|(_, w)| *w);
         let risk = match bearing(f) {
+            _ if parsed_why.is_some() => parsed_why,
             Some(Bearing::Unbounded(why)) => Some(why),
             None => Some("purser does not know what this field costs"),
             Some(Bearing::Tier) => {

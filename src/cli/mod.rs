@@ -414,6 +414,7 @@ pub fn run(cli: Cli) -> ExitCode {
                     max_tokens,
                     choices: n,
                     fields,
+                    reasons: Vec::new(),
                     parts,
                     body: None,
                 },

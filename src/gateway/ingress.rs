@@ -554,7 +554,9 @@ mod tests {
         ]}));
         assert_eq!(
             names,
-            ["input[0]", "input[1]", "input[2]", "input[3]", "input[4]", "input[5]"]
+            [
+                "input[0]", "input[1]", "input[2]", "input[3]", "input[4]", "input[5]"
+            ]
         );
     }
 
