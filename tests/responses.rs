@@ -319,6 +319,78 @@ async fn server_side_state_and_hosted_tools_are_refused_under_a_hard_ceiling() {
     assert_eq!(g.vendors.calls(PROVIDER), 0);
 }
 
+/// The attack review's bodies (issue #22's new paths): input OpenAI expands from its
+/// store by id, a shell run in a vendor container, and a screenshot under a model entry
+/// that declares no image bound. Each is a 400 naming the field under a hard ceiling,
+/// with no vendor call, and the ledger's money invariants hold.
+async fn by_reference_on(engine: Engine) {
+    let Some(g) = gateway(engine, "responses_by_reference", "5.00", None).await else {
+        return;
+    };
+    for (body, field) in [
+        (
+            json!({"model": MODEL, "store": false, "max_output_tokens": 16, "input": [
+                {"type": "item_reference", "id": "msg_67f0aaaabbbbccccdddd"}]}),
+            "input[0]",
+        ),
+        (
+            json!({"model": MODEL, "max_output_tokens": 16, "input": [
+                {"role": "user", "content": "hi"}, {"id": "msg_67f0eeeeffff00001111"}]}),
+            "input[1]",
+        ),
+        (
+            json!({"model": MODEL, "max_output_tokens": 16, "input": [
+                {"type": "reasoning", "id": "rs_67f0aaaabbbb", "summary": []},
+                {"role": "user", "content": "go on"}]}),
+            "input[0]",
+        ),
+        (
+            json!({"model": MODEL, "max_output_tokens": 16, "input": [
+                {"role": "user", "content": "make it blue"},
+                {"type": "image_generation_call", "id": "ig_67f0aaaabbbb"}]}),
+            "input[1]",
+        ),
+        (
+            json!({"model": MODEL, "max_output_tokens": 16, "input": "run the test suite",
+                "tools": [{"type": "shell", "environment": {"type": "container_auto"}}]}),
+            "tools[0]",
+        ),
+        (
+            json!({"model": MODEL, "max_output_tokens": 16, "input": [
+                {"type": "computer_call_output", "call_id": "call_1", "output":
+                    {"type": "computer_screenshot", "image_url": "https://example.com/s.png"}}]}),
+            "input[0].output",
+        ),
+    ] {
+        let (status, _, bytes) = send(&g, &body).await;
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["error"]["param"], field, "{body}: {v}");
+    }
+    assert_eq!(g.vendors.calls(PROVIDER), 0);
+    // A local shell is the client's tool: admitted and served.
+    let (status, _, bytes) = send(
+        &g,
+        &json!({"model": MODEL, "max_output_tokens": 16, "input": "hi",
+            "tools": [{"type": "shell", "environment": {"type": "local"}}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+    assert_eq!(g.vendors.calls(PROVIDER), 1);
+    quiesce_on(&g.ledger_db, 5).await;
+    assert_money_invariants_on(&g.ledger_db, &g.vendors, &[PROVIDER]).await;
+}
+
+#[tokio::test]
+async fn input_by_reference_and_a_hosted_shell_are_refused_naming_the_field_sqlite() {
+    by_reference_on(Engine::Sqlite).await;
+}
+
+#[tokio::test]
+async fn input_by_reference_and_a_hosted_shell_are_refused_naming_the_field_postgres() {
+    by_reference_on(Engine::Postgres).await;
+}
+
 #[tokio::test]
 async fn an_error_event_before_content_is_classified_as_the_same_error() {
     let g = gateway(Engine::Sqlite, "responses_error", "5.00", None)

@@ -244,6 +244,9 @@ fn hosted_tools(tools: &[Value], at: &str, out: &mut Vec<String>) {
     for (i, t) in tools.iter().enumerate() {
         let here = format!("{at}[{i}]");
         match t.get("type").and_then(Value::as_str) {
+            // A shell whose environment is not the client's machine (a container the
+            // vendor starts, or one it already runs) executes at the vendor.
+            Some("shell") if !runs_locally(t) => out.push(here.clone()),
             Some(ty) if CLIENT_TOOL_TYPES.contains(&ty) => {}
             _ => out.push(here.clone()),
         }
@@ -251,6 +254,57 @@ fn hosted_tools(tools: &[Value], at: &str, out: &mut Vec<String>) {
             hosted_tools(inner, &format!("{here}.tools"), out);
         }
     }
+}
+
+/// Whether a `shell` tool runs on the client: no environment, or a `local` one. Any
+/// other environment (`container_auto`, `container_reference`, and any named later)
+/// is hosted: a rule over unlisted environments, not a list of the billed ones.
+fn runs_locally(tool: &Value) -> bool {
+    match tool.get("environment") {
+        None | Some(Value::Null) => true,
+        Some(env) => env.get("type").and_then(Value::as_str) == Some("local"),
+    }
+}
+
+/// Fields of an input item that identify it or its place, and carry none of the
+/// content the model reads.
+const ITEM_IDENTITY_FIELDS: [&str; 5] = ["type", "id", "status", "role", "call_id"];
+
+/// Why an input item is billed for content the bound never sees, if it is: it names
+/// stored content by `id` and carries none of its own (an `item_reference`, a bare
+/// `{"id": …}`, a reasoning item or image generation call reduced to its id), so
+/// OpenAI expands it from its store. A rule over what an item carries, not a list of
+/// item types. A reasoning item is billed for its reasoning, which only its
+/// `encrypted_content` carries (a summary is not it): with an id and without that, the
+/// stored reasoning is what is billed.
+fn by_reference_item(item: &Value) -> Option<&'static str> {
+    let Value::Object(o) = item else {
+        return None;
+    };
+    if o.get("id").is_none_or(Value::is_null) {
+        return None;
+    }
+    let carries = |v: &Value| match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+        Value::Bool(_) | Value::Number(_) => true,
+    };
+    if o.get("type").and_then(Value::as_str) == Some("reasoning") {
+        return match o.get("encrypted_content") {
+            Some(v) if carries(v) => None,
+            _ => Some(
+                "a reasoning item without its `encrypted_content` is expanded by id from the vendor's store and billed as input the gateway cannot see",
+            ),
+        };
+    }
+    let own = o
+        .iter()
+        .any(|(k, v)| !ITEM_IDENTITY_FIELDS.contains(&k.as_str()) && carries(v));
+    (!own).then_some(
+        "an input item that names stored content by id and carries none of its own is billed as input the gateway cannot see",
+    )
 }
 
 /// An OpenAI Responses body.
@@ -287,6 +341,9 @@ pub fn parse_responses(body: &Value) -> Result<Parsed, GatewayError> {
     {
         if let Some(Value::Array(tools)) = item.get("tools") {
             hosted_tools(tools, &format!("input[{i}].tools"), &mut hosted);
+        }
+        if let Some(why) = by_reference_item(item) {
+            unbounded.push((format!("input[{i}]"), why));
         }
     }
     for h in hosted {
@@ -507,6 +564,61 @@ mod tests {
             let p = parse_responses(&json!({"model": "m", "input": "hi", "store": store})).unwrap();
             assert!(p.unbounded.is_empty());
         }
+    }
+
+    fn unbounded_names(body: Value) -> Vec<String> {
+        let p = parse_responses(&body).unwrap();
+        let mut names: Vec<_> = p.unbounded.into_iter().map(|(f, _)| f).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Items OpenAI expands from its store by id are named; items that carry their own
+    /// content (with or without an id) are not.
+    #[test]
+    fn input_items_by_reference_are_named() {
+        let names = unbounded_names(json!({"model": "m", "input": [
+            {"type": "item_reference", "id": "msg_1"},
+            {"id": "msg_2"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "image_generation_call", "id": "ig_1", "status": "completed"},
+            {"type": "message", "id": "msg_3", "role": "assistant", "content": []},
+            // A summary is not the reasoning that is billed.
+            {"type": "reasoning", "id": "rs_2",
+             "summary": [{"type": "summary_text", "text": "thought"}]},
+            // Below: content of their own.
+            {"type": "message", "id": "msg_4", "role": "user",
+             "content": [{"type": "input_text", "text": "hi"}]},
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_3", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "image_generation_call", "id": "ig_2", "result": "iVBORw0KGgo="},
+            {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "ok"},
+            {"type": "reasoning", "summary": []},
+        ]}));
+        assert_eq!(
+            names,
+            [
+                "input[0]", "input[1]", "input[2]", "input[3]", "input[4]", "input[5]"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shell_is_hosted_unless_its_environment_is_local() {
+        let names = unbounded_names(json!({"model": "m", "input": "hi", "tools": [
+            {"type": "shell"},
+            {"type": "shell", "environment": {"type": "local"}},
+            {"type": "shell", "environment": {"type": "container_auto"}},
+            {"type": "shell", "environment": {"type": "container_reference", "container_id": "c"}},
+            {"type": "shell", "environment": {}},
+            {"type": "namespace", "name": "n", "tools": [
+                {"type": "shell", "environment": {"type": "container_auto"}}]},
+        ]}));
+        assert_eq!(
+            names,
+            ["tools[2]", "tools[3]", "tools[4]", "tools[5].tools[0]"]
+        );
     }
 
     #[test]

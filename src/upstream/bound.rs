@@ -231,7 +231,8 @@ pub fn responses_media_parts(body: &Value) -> Vec<Media> {
             }
             Value::Object(o) => {
                 let kind = match o.get("type").and_then(Value::as_str) {
-                    Some("input_image") => Some(Some(MediaKind::Image)),
+                    // A computer-use screenshot is an image whatever carries it.
+                    Some("input_image" | "computer_screenshot") => Some(Some(MediaKind::Image)),
                     Some("input_file") => Some(Some(MediaKind::File)),
                     Some("input_audio") => Some(Some(MediaKind::Audio)),
                     _ => None,
@@ -785,6 +786,32 @@ mod tests {
         );
         let declared = input_tokens(&files, &req(body), Undeclared::Refuse).unwrap();
         assert_eq!(declared, soft - 1_600 + 50_000);
+    }
+
+    /// A computer-use screenshot returned as a Responses input item is billed as an
+    /// image: counted at the declared image bound, refused when none is declared.
+    #[test]
+    fn a_computer_screenshot_is_an_image() {
+        let body = json!({"model": "m", "input": [{"type": "computer_call_output", "call_id": "c",
+            "output": {"type": "computer_screenshot", "image_url": "https://x/s.png"}}]});
+        let mut r = req(body);
+        r.ingress = crate::ingress::Ingress::Responses;
+        let none = dest(Api::Openai, MediaTokens::default());
+        let e = input_tokens(&none, &r, Undeclared::Refuse).unwrap_err();
+        assert_eq!(e.param, "input[0].output");
+        assert!(e.what.starts_with("a image part"), "{}", e.what);
+        let soft = input_tokens(&none, &r, Undeclared::StandIn(1)).unwrap();
+        let images = dest(
+            Api::Openai,
+            MediaTokens {
+                image: Some(1_600),
+                ..MediaTokens::default()
+            },
+        );
+        assert_eq!(
+            input_tokens(&images, &r, Undeclared::Refuse).unwrap(),
+            soft - 1 + 1_600
+        );
     }
 
     #[test]
