@@ -12,18 +12,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::rows::{attempt, closed, day_limit, ended, new_request};
 use common::vendors::{Script, Vendors};
 use common::{ADMIN, sha};
 use purser::clock::SystemClock;
-use purser::decide::Action;
-use purser::failure::{Billing, FailureClass};
+use purser::failure::Billing;
 use purser::gateway::Engine;
-use purser::ledger::{
-    AttemptResult, BudgetLimit, Decision, Ledger, LedgerError, NewAttempt, NewRequest, Options,
-    Outcome, RequestResult, Target,
-};
+use purser::ledger::{Ledger, LedgerError, Options, Outcome, Target};
 use purser::money::Money;
-use purser::policy::plan::{Mode, Period};
 use serde_json::{Value, json};
 
 const KEY: &str = "key-budget-windows";
@@ -295,81 +291,6 @@ async fn a_budget_removed_and_added_back_counts_what_was_spent_without_it_sqlite
 #[tokio::test]
 async fn a_budget_removed_and_added_back_counts_what_was_spent_without_it_postgres() {
     a_budget_removed_and_added_back_counts_what_was_spent_without_it(Kind::Postgres).await;
-}
-
-fn new_request(id: &str, worst: &str) -> NewRequest {
-    NewRequest {
-        id: id.into(),
-        received_at: time::OffsetDateTime::now_utc(),
-        client: "bot".into(),
-        policy: "team".into(),
-        plan_id: "p1".into(),
-        model: "m".into(),
-        mode: Mode::Soft,
-        ceiling: m("1"),
-        worst_case: m(worst),
-        ingress: Default::default(),
-        shape: None,
-    }
-}
-
-fn attempt(id: &str, seq: u32, worst: &str) -> NewAttempt {
-    NewAttempt {
-        request_id: id.into(),
-        seq,
-        provider: "p".into(),
-        upstream_model: "m".into(),
-        jurisdiction: "us".into(),
-        started_at: time::OffsetDateTime::now_utc(),
-        worst_case: m(worst),
-    }
-}
-
-fn ended(id: &str, seq: u32, billing: Billing, cost: &str) -> AttemptResult {
-    AttemptResult {
-        request_id: id.into(),
-        seq,
-        finished_at: time::OffsetDateTime::now_utc(),
-        status: Some(match billing {
-            Billing::Billed => 200,
-            Billing::MaybeBilled | Billing::NotBilled => 504,
-        }),
-        class: match billing {
-            Billing::Billed => None,
-            Billing::MaybeBilled | Billing::NotBilled => Some(FailureClass::Timeout),
-        },
-        billing,
-        decision: match billing {
-            Billing::Billed => Decision::Served,
-            Billing::MaybeBilled | Billing::NotBilled => Decision::After(Action::FailOver),
-        },
-        reason: "test".into(),
-        input_tokens: None,
-        output_tokens: None,
-        cost: m(cost),
-        cost_basis: None,
-        cache: Default::default(),
-        stored: None,
-        message: None,
-    }
-}
-
-fn closed(id: &str, outcome: Outcome, cost: &str, charged: &str) -> RequestResult {
-    RequestResult {
-        request_id: id.into(),
-        outcome,
-        error_code: None,
-        served_by: None,
-        cost: m(cost),
-        charged: m(charged),
-    }
-}
-
-fn day_limit(limit: &str) -> Vec<BudgetLimit> {
-    vec![BudgetLimit {
-        period: Period::Day,
-        limit: m(limit),
-    }]
 }
 
 /// The seed counts billed costs and maybe-billed worst cases, makes requests in flight

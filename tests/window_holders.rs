@@ -17,16 +17,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::db::Engine;
+use common::rows::{attempt, closed, day_limit as day, ended, new_request};
 use common::vendors::{Script, Vendors};
 use common::{provider, sha};
-use purser::decide::Action;
-use purser::failure::{Billing, FailureClass};
-use purser::ledger::{
-    AttemptResult, BudgetLimit, Decision, Ledger, NewAttempt, NewRequest, Options, Outcome,
-    RequestResult, Target,
-};
+use purser::failure::Billing;
+use purser::ledger::{BudgetLimit, Ledger, Options, Outcome, Target};
 use purser::money::Money;
-use purser::policy::plan::{Mode, Period};
+use purser::policy::plan::Period;
 use serde_json::json;
 
 macro_rules! on_both_engines {
@@ -178,77 +175,6 @@ fn options(replica: &str) -> Options {
         lease: Duration::from_millis(400),
         ..Options::default()
     }
-}
-
-fn new_request(id: &str, worst: &str) -> NewRequest {
-    NewRequest {
-        id: id.into(),
-        received_at: time::OffsetDateTime::now_utc(),
-        client: "bot".into(),
-        policy: "team".into(),
-        plan_id: "p1".into(),
-        model: "m".into(),
-        mode: Mode::Soft,
-        ceiling: m("1"),
-        worst_case: m(worst),
-        ingress: Default::default(),
-        shape: None,
-    }
-}
-
-fn attempt(id: &str, seq: u32, worst: &str) -> NewAttempt {
-    NewAttempt {
-        request_id: id.into(),
-        seq,
-        provider: "p".into(),
-        upstream_model: "m".into(),
-        jurisdiction: "us".into(),
-        started_at: time::OffsetDateTime::now_utc(),
-        worst_case: m(worst),
-    }
-}
-
-fn ended(id: &str, seq: u32, billing: Billing, cost: &str) -> AttemptResult {
-    let served = matches!(billing, Billing::Billed);
-    AttemptResult {
-        request_id: id.into(),
-        seq,
-        finished_at: time::OffsetDateTime::now_utc(),
-        status: Some(if served { 200 } else { 504 }),
-        class: (!served).then_some(FailureClass::Timeout),
-        billing,
-        decision: if served {
-            Decision::Served
-        } else {
-            Decision::After(Action::FailOver)
-        },
-        reason: "test".into(),
-        input_tokens: None,
-        output_tokens: None,
-        cost: m(cost),
-        cost_basis: None,
-        message: None,
-        cache: Default::default(),
-        stored: None,
-    }
-}
-
-fn closed(id: &str, outcome: Outcome, cost: &str, charged: &str) -> RequestResult {
-    RequestResult {
-        request_id: id.into(),
-        outcome,
-        error_code: None,
-        served_by: None,
-        cost: m(cost),
-        charged: m(charged),
-    }
-}
-
-fn day(limit: &str) -> Vec<BudgetLimit> {
-    vec![BudgetLimit {
-        period: Period::Day,
-        limit: m(limit),
-    }]
 }
 
 /// The day window's (spent, reserved).

@@ -6,6 +6,7 @@
 pub mod db;
 pub mod money;
 pub mod pg;
+pub mod rows;
 pub mod sdk;
 pub mod vendors;
 
