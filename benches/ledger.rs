@@ -122,7 +122,8 @@ fn no_rollups() -> bool {
 }
 
 /// `DROP TRIGGER` for each rollup trigger; `on` names the table where PostgreSQL wants it.
-fn drop_rollups(on: &str) -> String {
+/// SQLite has each twice: row by row, and `_batched` for the writer's group commit.
+fn drop_rollups(on: &str, batched: bool) -> String {
     [
         "attempts_hourly_insert",
         "attempts_hourly_update",
@@ -132,7 +133,10 @@ fn drop_rollups(on: &str) -> String {
         "requests_hourly_delete",
     ]
     .iter()
-    .map(|t| format!("DROP TRIGGER {t}{on};"))
+    .flat_map(|t| {
+        let also = batched.then(|| format!("DROP TRIGGER {t}_batched{on};"));
+        std::iter::once(format!("DROP TRIGGER {t}{on};")).chain(also)
+    })
     .collect::<Vec<_>>()
     .join(" ")
 }
@@ -149,7 +153,7 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
             if no_rollups() {
                 purser::ledger::connect(&dir.path().join("bench.db"), &Options::default())
                     .unwrap()
-                    .execute_batch(&drop_rollups(""))
+                    .execute_batch(&drop_rollups("", true))
                     .unwrap();
             }
             (l, Scratch::Dir(dir))
@@ -178,7 +182,7 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
                 client
                     .batch_execute(&format!(
                         "SET search_path = {schema}; {}",
-                        drop_rollups(" ON attempts")
+                        drop_rollups(" ON attempts", false)
                             .replace(
                                 "requests_hourly_insert ON attempts",
                                 "requests_hourly_insert ON requests"

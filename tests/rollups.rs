@@ -388,3 +388,134 @@ async fn the_migration_back_fills_the_rollups_on_sqlite() {
 async fn the_migration_back_fills_the_rollups_on_postgres() {
     the_migration_back_fills_the_rollups(Engine::Postgres).await
 }
+
+/// Spawn every future at once on this (single-threaded) runtime, so the ledger calls
+/// queue together and share group commits; their results in order.
+async fn together<F, T>(futures: Vec<F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// On SQLite the writer adds the rollups' deltas up in memory for the transaction of
+/// each group commit and writes one upsert per key before it commits (#23, migration
+/// 0011). Groups that commit, a group spoiled by one failing operation (rolled back,
+/// then redone one operation per transaction) and a group spoiled by its own rollup
+/// rows (an operator's rule on them that one request breaks) all leave the rollups
+/// equal to the rows. Deltas dropped, written twice, or left over from a rolled-back
+/// group for the next transaction would each break that equality.
+#[tokio::test]
+async fn the_writers_batched_deltas_count_once_per_committed_group() {
+    use common::rows::{attempt, closed, day_limit, ended, new_request};
+    use purser::failure::Billing;
+    use purser::ledger::LedgerError;
+    use std::sync::Arc;
+    type Call =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LedgerError>> + Send>>;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let db = Db::Sqlite(path.clone());
+    drop(Ledger::open(&path, purser::ledger::Options::default()).unwrap());
+    exec(
+        &db,
+        "CREATE TRIGGER poison BEFORE INSERT ON requests_hourly WHEN NEW.model = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'poisoned rollup'); END;",
+    )
+    .await;
+    let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
+    let l = Arc::new(l);
+    let admit = |id: String, model: &str| {
+        let (l, mut r) = (l.clone(), new_request(&id, "0.1"));
+        r.model = model.into();
+        async move {
+            l.admit_with_attempt(r, day_limit("100"), attempt(&id, 1, "0.05"))
+                .await
+        }
+    };
+    let requests = || db.count("SELECT COUNT(*) FROM requests");
+
+    // One group admits 40 requests, each with its first attempt in flight.
+    let admitted = together((0..40).map(|i| admit(format!("r{i}"), "m")).collect()).await;
+    assert!(admitted.iter().all(Result::is_ok), "{admitted:?}");
+    assert_rollups_on(&db).await;
+
+    // The next ends them (every other one failing over to a second attempt, which
+    // joins a new key and leaves the in-flight one) while ten more are admitted.
+    let mut work: Vec<Call> = Vec::new();
+    for i in 0..40 {
+        let (l, id) = (l.clone(), format!("r{i}"));
+        work.push(Box::pin(async move {
+            if i % 2 == 0 {
+                let cost = format!("0.0{}", i % 7 + 1);
+                l.finish(
+                    ended(&id, 1, Billing::Billed, &cost),
+                    closed(&id, Outcome::Served, &cost, &cost),
+                )
+                .await
+            } else {
+                l.finish_attempt(ended(&id, 1, Billing::NotBilled, "0"))
+                    .await?;
+                l.begin_attempt(attempt(&id, 2, "0.05")).await
+            }
+        }));
+    }
+    for i in 40..50 {
+        work.push(Box::pin(admit(format!("r{i}"), "m")));
+    }
+    let done = together(work).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_rollups_on(&db).await;
+
+    // A group spoiled by an operation (an attempt that already exists): it is rolled
+    // back with the deltas its other operations added up, and each is redone alone.
+    let mut work: Vec<Call> = (50..70)
+        .map(|i| Box::pin(admit(format!("r{i}"), "m")) as Call)
+        .collect();
+    let dup = l.clone();
+    work.push(Box::pin(async move {
+        dup.begin_attempt(attempt("r0", 1, "0.05")).await
+    }));
+    let done = together(work).await;
+    assert_eq!(done.iter().filter(|r| r.is_err()).count(), 1, "{done:?}");
+    assert!(
+        done[20].is_err(),
+        "the duplicate attempt is refused: {done:?}"
+    );
+    assert_eq!(requests().await, 70);
+    assert_rollups_on(&db).await;
+
+    // A group spoiled by its rollup rows: the poisoned request's key cannot be written.
+    // The group is rolled back and redone alone; only that request is refused.
+    let done = together(
+        (70..90)
+            .map(|i| admit(format!("r{i}"), if i == 80 { "poison" } else { "m" }))
+            .collect(),
+    )
+    .await;
+    for (i, r) in (70..90).zip(&done) {
+        match (i, r) {
+            (80, Err(e)) => assert!(e.to_string().contains("poisoned rollup"), "{e}"),
+            (80, Ok(())) => panic!("the poisoned request was admitted"),
+            (_, r) => assert!(r.is_ok(), "r{i}: {r:?}"),
+        }
+    }
+    assert_eq!(requests().await, 89);
+    assert_rollups_on(&db).await;
+
+    // And the next group starts clean.
+    let done = together((90..95).map(|i| admit(format!("r{i}"), "m")).collect()).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_rollups_on(&db).await;
+    let counted = db
+        .count("SELECT COALESCE(SUM(requests), 0) FROM requests_hourly")
+        .await;
+    assert_eq!(counted, 94);
+}
