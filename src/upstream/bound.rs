@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::ChatRequest;
 use crate::ingress::Ingress;
-use crate::policy::plan::{Api, Destination, MediaKind};
+use crate::policy::plan::{Api, Destination, Endpoints, MediaKind};
 
 /// What an overhead is counted per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -489,8 +489,8 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
                 .saturating_add(OPENAI_EDITS)
         }
         Api::Anthropic => {
-            let p = super::anthropic::prepare(dest, "", None, req);
-            content_walk(&p.body, "messages", "content", |b| {
+            let p = super::anthropic::prepare(dest, &Endpoints::default(), None, req);
+            content_walk(&p.body.tree(), "messages", "content", |b| {
                 matches!(
                     b.get("type").and_then(Value::as_str),
                     Some("image" | "document")
@@ -498,8 +498,8 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
             })
         }
         Api::Gemini => {
-            let p = super::gemini::prepare(dest, "", None, req);
-            content_walk(&p.body, "contents", "parts", |p| {
+            let p = super::gemini::prepare(dest, &Endpoints::default(), None, req);
+            content_walk(&p.body.tree(), "contents", "parts", |p| {
                 p.get("inlineData").is_some() || p.get("fileData").is_some()
             })
         }
@@ -717,7 +717,9 @@ mod tests {
         for api in APIS {
             let d = dest(api, MediaTokens::default());
             let r = req(body.clone());
-            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
             let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
             assert!(
                 bound >= json_len(&sent),
@@ -747,7 +749,9 @@ mod tests {
                 ingress: crate::ingress::Ingress::Responses,
                 ..req(body.clone())
             };
-            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
             assert!(sent.to_string().contains(&"r".repeat(700)), "{sent}");
             let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
             let exact = serde_json::to_string(&sent).unwrap().len() as u64;
@@ -964,7 +968,9 @@ mod tests {
             for api in APIS {
                 let d = dest(api, MediaTokens::default());
                 let r = req(body.clone());
-                let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+                let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
                 let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
                 let messages = body["messages"].as_array().unwrap().len() as u64;
                 let floor = string_bytes(&sent)

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::failure::TransportFailure;
 use crate::ids::ProviderId;
-use crate::policy::plan::{Api, Credential, Destination, Provider};
+use crate::policy::plan::{Api, Credential, Destination, Endpoint, Endpoints, Provider};
 
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -80,9 +80,69 @@ pub struct ChatRequest {
 
 /// One HTTP call, ready to send.
 pub struct Prepared {
-    pub url: String,
+    pub url: Endpoint,
     pub headers: Vec<(&'static str, String)>,
-    pub body: Value,
+    pub body: Body,
+}
+
+/// A call's body: a tree an adapter built, or the client's own body with purser's
+/// edits, serialized straight from the borrowed original (see [`overlay`]).
+#[derive(Debug)]
+pub enum Body {
+    Json(Value),
+    Bytes(Vec<u8>),
+}
+
+impl Body {
+    /// The body as a tree: borrowed where it is one, parsed back where it was
+    /// serialized already (never on the request path: only adapters' trees are read).
+    pub fn tree(&self) -> std::borrow::Cow<'_, Value> {
+        match self {
+            Body::Json(v) => std::borrow::Cow::Borrowed(v),
+            Body::Bytes(b) => {
+                std::borrow::Cow::Owned(serde_json::from_slice(b).unwrap_or(Value::Null))
+            }
+        }
+    }
+
+    /// The body as an owned tree, for tests.
+    #[cfg(test)]
+    pub fn to_value(&self) -> Value {
+        self.tree().into_owned()
+    }
+}
+
+/// The client's `body` as a pass-through sends it: `set` laid over its fields and
+/// `remove` taken out, serialized in one pass over the borrowed body. Copying the
+/// client's tree to edit a handful of top-level fields cost more than serializing it.
+/// The keys come out in the order the edited tree's would (sorted), so the bytes are
+/// those the tree would have serialized to. A body that is not an object passes as it is.
+pub(crate) fn overlay(body: &Value, set: &[(&'static str, Value)], remove: &[&str]) -> Body {
+    let Some(o) = body.as_object() else {
+        return Body::Json(body.clone());
+    };
+    let mut fields: std::collections::BTreeMap<&str, &Value> =
+        o.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    for k in remove {
+        fields.remove(k);
+    }
+    for (k, v) in set {
+        fields.insert(k, v);
+    }
+    match serde_json::to_vec(&fields) {
+        Ok(bytes) => Body::Bytes(bytes),
+        // Never for `Value`s; the tree then goes as the adapters' do.
+        Err(_) => {
+            let mut tree = o.clone();
+            for k in remove {
+                tree.remove(*k);
+            }
+            for (k, v) in set {
+                tree.insert((*k).to_string(), v.clone());
+            }
+            Body::Json(Value::Object(tree))
+        }
+    }
 }
 
 /// What an attempt observed.
@@ -244,14 +304,14 @@ impl Usage {
 pub fn prepare(
     api: Api,
     dest: &Destination,
-    base_url: &str,
+    base: &Endpoints,
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
     match api {
-        Api::Openai => openai::prepare(dest, base_url, key, req),
-        Api::Anthropic => anthropic::prepare(dest, base_url, key, req),
-        Api::Gemini => gemini::prepare(dest, base_url, key, req),
+        Api::Openai => openai::prepare(dest, base, key, req),
+        Api::Anthropic => anthropic::prepare(dest, base, key, req),
+        Api::Gemini => gemini::prepare(dest, base, key, req),
     }
 }
 
@@ -365,15 +425,21 @@ impl Credentials {
 /// a request in flight held while it waited on the upstream).
 fn request(client: &reqwest::Client, prepared: Prepared) -> reqwest::RequestBuilder {
     let Prepared { url, headers, body } = prepared;
-    let mut rb = client.post(url);
-    rb = match serde_json::to_vec(&body) {
+    let mut rb = match url {
+        Endpoint::Parsed(u) => client.post(u),
+        Endpoint::Text(t) => client.post(t),
+    };
+    let bytes = match body {
+        Body::Bytes(bytes) => Ok(bytes),
+        Body::Json(tree) => serde_json::to_vec(&tree).map_err(|_| tree),
+    };
+    rb = match bytes {
         Ok(mut bytes) => {
-            drop(body);
             bytes.shrink_to_fit();
             rb.header("content-type", "application/json").body(bytes)
         }
         // Never for a `Value`; reqwest then reports it as it would its own.
-        Err(_) => rb.json(&body),
+        Err(tree) => rb.json(&tree),
     };
     for (k, v) in headers {
         rb = rb.header(k, v);
@@ -762,16 +828,16 @@ mod tests {
         let p = prepare(
             Api::Anthropic,
             &dest(Api::Anthropic),
-            "http://x/v1",
+            &Endpoints::new("http://x/v1"),
             Some("k"),
             &req(),
         );
         assert_eq!(p.url, "http://x/v1/messages");
-        assert_eq!(p.body["system"], "be brief");
-        assert_eq!(p.body["max_tokens"], 77);
-        assert_eq!(p.body["model"], "up-m");
-        assert_eq!(p.body["messages"].as_array().unwrap().len(), 3);
-        assert_eq!(p.body["stop_sequences"], json!(["END"]));
+        assert_eq!(p.body.to_value()["system"], "be brief");
+        assert_eq!(p.body.to_value()["max_tokens"], 77);
+        assert_eq!(p.body.to_value()["model"], "up-m");
+        assert_eq!(p.body.to_value()["messages"].as_array().unwrap().len(), 3);
+        assert_eq!(p.body.to_value()["stop_sequences"], json!(["END"]));
         let (v, u) = translate(
             Api::Anthropic,
             &dest(Api::Anthropic),
@@ -787,15 +853,21 @@ mod tests {
         let p = prepare(
             Api::Gemini,
             &dest(Api::Gemini),
-            "http://x/v1beta",
+            &Endpoints::new("http://x/v1beta"),
             Some("k"),
             &req(),
         );
         assert_eq!(p.url, "http://x/v1beta/models/up-m:generateContent");
-        assert_eq!(p.body["systemInstruction"]["parts"][0]["text"], "be brief");
-        assert_eq!(p.body["contents"][1]["role"], "model");
-        assert_eq!(p.body["generationConfig"]["maxOutputTokens"], 77);
-        assert_eq!(p.body["generationConfig"]["stopSequences"], json!(["END"]));
+        assert_eq!(
+            p.body.to_value()["systemInstruction"]["parts"][0]["text"],
+            "be brief"
+        );
+        assert_eq!(p.body.to_value()["contents"][1]["role"], "model");
+        assert_eq!(p.body.to_value()["generationConfig"]["maxOutputTokens"], 77);
+        assert_eq!(
+            p.body.to_value()["generationConfig"]["stopSequences"],
+            json!(["END"])
+        );
         let (v, u) = translate(
             Api::Gemini,
             &dest(Api::Gemini),
@@ -827,6 +899,7 @@ mod tests {
                 timeout_ms: 1000,
                 circuit: Default::default(),
                 models: Default::default(),
+                endpoints: Endpoints::new("https://api.openai.com/v1"),
             };
             let e = Credentials::default().get(&p).unwrap_err();
             let shown = e.to_string();
@@ -842,12 +915,12 @@ mod tests {
         let p = prepare(
             Api::Openai,
             &dest(Api::Openai),
-            "http://x/v1",
+            &Endpoints::new("http://x/v1"),
             Some("k"),
             &req(),
         );
-        assert_eq!(p.body["max_tokens"], 77);
-        assert_eq!(p.body["model"], "up-m");
+        assert_eq!(p.body.to_value()["max_tokens"], 77);
+        assert_eq!(p.body.to_value()["model"], "up-m");
         assert_eq!(p.headers, vec![("authorization", "Bearer k".to_string())]);
     }
 }
