@@ -16,12 +16,17 @@ pub fn prepare(
         crate::ingress::Ingress::Responses => return responses(dest, base, key, req),
         // Checked before any call (`gateway::ingress::check`): a body that has no
         // faithful chat form never gets here.
-        crate::ingress::Ingress::Messages => {
-            let chat = super::from_messages::chat_body(&req.body)
-                .unwrap_or_else(|_| json!({"messages": []}));
-            let (set, remove) = edits(dest, req, &chat);
-            overlay(&chat, &set, &remove)
-        }
+        crate::ingress::Ingress::Messages => match req.as_chat() {
+            Ok(chat) => {
+                let (set, remove) = edits(dest, req, chat);
+                overlay(chat, &set, &remove)
+            }
+            Err(_) => {
+                let chat = json!({"messages": []});
+                let (set, remove) = edits(dest, req, &chat);
+                overlay(&chat, &set, &remove)
+            }
+        },
         crate::ingress::Ingress::Chat => {
             let (set, remove) = edits(dest, req, &req.body);
             overlay(&req.body, &set, &remove)
