@@ -91,6 +91,7 @@ pub fn explain_body(
         stream: parsed.stream,
         ingress,
         headers: Vec::new(),
+        chat: Default::default(),
     };
     explain(
         dir,
@@ -126,7 +127,7 @@ fn imagined_bounds(
         } else {
             crate::upstream::bound::Undeclared::StandIn(SOFT_MEDIA_TOKENS)
         };
-        if let Err((param, what)) = crate::gateway::ingress::check(body.ingress, d.api, &body.body)
+        if let Err((param, what)) = crate::gateway::ingress::check_request(body, d.api)
             && body.ingress != crate::ingress::Ingress::Chat
         {
             return Err(Unbounded { param, what });

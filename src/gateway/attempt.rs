@@ -234,7 +234,7 @@ impl Caller<'_> {
             }
         };
         let mut prepared =
-            upstream::prepare(provider.api, dest, &provider.base_url, key.as_deref(), req);
+            upstream::prepare(provider.api, dest, &provider.endpoints, key.as_deref(), req);
         // Names the ledger row of this call, so a vendor's logs (and a test's mock) can
         // be matched with the ledger call by call.
         prepared

@@ -366,11 +366,9 @@ impl Chain<'_> {
         let bill = seen.failure.bill(&at.dest, self.sel.bounds_for(&at.dest));
         let provider = self.plan.provider(&at.dest.provider);
         let unfit = match (&self.sel.alternate, at.on_alternate) {
-            (Some(a), false) => {
-                super::ingress::check(self.req.ingress, a.destination.api, &self.req.body)
-                    .err()
-                    .map(|(_, why)| why)
-            }
+            (Some(a), false) => super::ingress::check_request(self.req, a.destination.api)
+                .err()
+                .map(|(_, why)| why),
             (None, _) | (Some(_), true) => None,
         };
         let alternate = match (&self.sel.alternate, at.on_alternate) {

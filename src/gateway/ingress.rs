@@ -15,6 +15,8 @@ use super::GatewayError;
 use super::request::{self, Bearing, Parsed, bad};
 pub use crate::ingress::Ingress;
 use crate::policy::plan::Api;
+use crate::upstream::ChatRequest;
+use crate::upstream::from_messages::Untranslatable;
 
 /// Every Anthropic Messages field purser knows, and its bearing on cost. A field not
 /// listed is unknown: its cost cannot be bounded, so a hard ceiling refuses it.
@@ -386,32 +388,65 @@ pub struct NotNative {
 /// translated to chat completions and checked against the chat table of the API.
 pub fn check(ingress: Ingress, api: Api, body: &Value) -> Result<(), (String, String)> {
     match (ingress, api) {
-        (Ingress::Chat, _) => {
-            crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
-        }
-        (Ingress::Messages, Api::Openai) => crate::upstream::from_messages::chat_body(body)
-            .map(|_| ())
-            .map_err(|u| {
-                let why = format!(
-                    "`{}`: a messages request to provider API `openai` is translated to chat completions, where this has no faithful form: {}",
-                    u.param, u.why
-                );
-                (u.param, why)
-            }),
+        (Ingress::Chat, _) => chat(api, body),
+        (Ingress::Messages, Api::Openai) => translated(
+            ingress,
+            api,
+            crate::upstream::from_messages::chat_body(body).as_ref(),
+        ),
         (Ingress::Messages, Api::Anthropic | Api::Gemini) => native(ingress, Api::Anthropic, api),
         (Ingress::Responses, Api::Openai) => Ok(()),
+        (Ingress::Responses, Api::Anthropic | Api::Gemini) => translated(
+            ingress,
+            api,
+            crate::upstream::from_responses::chat_body(body).as_ref(),
+        ),
+    }
+}
+
+/// [`check`] for a request on its way: a translation to chat completions is the one
+/// the request keeps, made once however many destinations are checked.
+pub fn check_request(req: &ChatRequest, api: Api) -> Result<(), (String, String)> {
+    match (req.ingress, api) {
+        (Ingress::Chat, _) => chat(api, &req.body),
+        (Ingress::Messages, Api::Openai) | (Ingress::Responses, Api::Anthropic | Api::Gemini) => {
+            translated(req.ingress, api, req.as_chat())
+        }
+        (Ingress::Messages, Api::Anthropic | Api::Gemini) => {
+            native(req.ingress, Api::Anthropic, api)
+        }
+        (Ingress::Responses, Api::Openai) => Ok(()),
+    }
+}
+
+fn chat(api: Api, body: &Value) -> Result<(), (String, String)> {
+    crate::upstream::fields::check(api, body).map_err(|r| (r.param.clone(), r.to_string()))
+}
+
+/// A body that reaches `api` translated to chat completions: a Messages body needs a
+/// faithful translation; a Responses body, one the chat table of the API then takes.
+fn translated(
+    ingress: Ingress,
+    api: Api,
+    chat_body: Result<&Value, &Untranslatable>,
+) -> Result<(), (String, String)> {
+    let untranslatable = |u: &Untranslatable| {
+        let why = format!(
+            "`{}`: a {} request to provider API `{}` is translated to chat completions, where this has no faithful form: {}",
+            u.param,
+            ingress.as_str(),
+            api.as_str(),
+            u.why
+        );
+        (u.param.clone(), why)
+    };
+    match ingress {
+        Ingress::Chat => chat(api, chat_body.map_err(untranslatable)?),
+        Ingress::Messages => chat_body.map(|_| ()).map_err(untranslatable),
         // Responses → chat completions, then the chat translation table of the API.
-        (Ingress::Responses, Api::Anthropic | Api::Gemini) => {
-            let chat = crate::upstream::from_responses::chat_body(body).map_err(|u| {
-                let why = format!(
-                    "`{}`: a responses request to provider API `{}` is translated to chat completions, where this has no faithful form: {}",
-                    u.param,
-                    api.as_str(),
-                    u.why
-                );
-                (u.param, why)
-            })?;
-            crate::upstream::fields::check(api, &chat).map_err(|r| {
+        Ingress::Responses => {
+            let body = chat_body.map_err(untranslatable)?;
+            crate::upstream::fields::check(api, body).map_err(|r| {
                 // The chat table names a chat field; a function's setting is one level
                 // up in the flat Responses tool shape.
                 let param = r.param.replace(".function.", ".");

@@ -438,6 +438,7 @@ impl Engine {
             stream: false,
             ingress: Ingress::Messages,
             headers: Vec::new(),
+            chat: Default::default(),
         };
         let undeclared = if policy.needs_proof() {
             Undeclared::Refuse
@@ -657,11 +658,12 @@ impl Engine {
             stream: parsed.stream,
             ingress,
             headers,
+            chat: Default::default(),
         };
         let selected = match self
             .select(plan, breakers, policy, &parsed, &req, history.as_ref())
             .and_then(|s| {
-                ingress::check(ingress, s.primary.api, &req.body)
+                ingress::check_request(&req, s.primary.api)
                     .map_err(|(param, why)| {
                         (
                             GatewayError::invalid(why, Some(&param)),
@@ -784,7 +786,7 @@ impl Engine {
         let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
             // A destination that cannot take this ingress natively is never chosen.
-            if let Err((param, what)) = ingress::check(req.ingress, d.api, &req.body)
+            if let Err((param, what)) = ingress::check_request(req, d.api)
                 && req.ingress != Ingress::Chat
             {
                 return Err(Unbounded { param, what });

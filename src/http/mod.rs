@@ -532,15 +532,19 @@ fn served_response(s: Served) -> Response {
     };
     put("x-purser-request-id", s.request_id);
     put("x-purser-provider", s.provider);
-    put("x-purser-attempts", s.attempts.to_string());
     // A stream's cost is known only at its end: it is in the final usage chunk
     // (`purser_cost`) and the ledger, not in a header sent before the first byte.
     if !streamed {
         put("x-purser-cost", s.cost.to_string());
     }
-    put("x-purser-fallback", s.fallback.to_string());
+    // Numbers and flags need no text made and checked on every answer.
+    h.insert("x-purser-attempts", HeaderValue::from(s.attempts));
+    h.insert(
+        "x-purser-fallback",
+        HeaderValue::from_static(if s.fallback { "true" } else { "false" }),
+    );
     if let Some(n) = s.clamped_to {
-        put("x-purser-clamped-max-tokens", n.to_string());
+        h.insert("x-purser-clamped-max-tokens", HeaderValue::from(n));
     }
     resp
 }

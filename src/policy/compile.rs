@@ -250,6 +250,7 @@ impl Compiler<'_> {
             let provider = Provider {
                 id: id.clone(),
                 api: p.api,
+                endpoints: Endpoints::new(p.base_url.trim_end_matches('/')),
                 base_url: p.base_url.trim_end_matches('/').to_string(),
                 jurisdiction: Jurisdiction::new(&p.jurisdiction),
                 tier: p.tier,

@@ -175,6 +175,95 @@ pub struct Provider {
     pub timeout_ms: u64,
     pub circuit: CircuitConfig,
     pub models: BTreeMap<ModelName, ProviderModel>,
+    /// `base_url` and its fixed endpoints, parsed once here rather than on every call
+    /// (a URL parse was 3% of a request's instructions). Derived from `base_url`, so
+    /// not part of the plan's identity.
+    #[serde(skip)]
+    pub endpoints: Endpoints,
+}
+
+/// A provider's base URL with the endpoints purser calls at fixed paths, parsed when
+/// the plan is compiled. A path whose URL does not parse has none here: the call
+/// then carries the text, and the HTTP client reports it as it would have.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Endpoints {
+    base: String,
+    parsed: Vec<(EndpointPath, reqwest::Url)>,
+}
+
+/// The fixed paths under a provider's base URL (Gemini's carry the model: not fixed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointPath {
+    ChatCompletions,
+    Responses,
+    Messages,
+}
+
+impl EndpointPath {
+    const ALL: [EndpointPath; 3] = [
+        EndpointPath::ChatCompletions,
+        EndpointPath::Responses,
+        EndpointPath::Messages,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndpointPath::ChatCompletions => "/chat/completions",
+            EndpointPath::Responses => "/responses",
+            EndpointPath::Messages => "/messages",
+        }
+    }
+}
+
+impl Endpoints {
+    pub fn new(base: &str) -> Endpoints {
+        let parsed = EndpointPath::ALL
+            .into_iter()
+            .filter_map(|p| {
+                reqwest::Url::parse(&format!("{base}{}", p.as_str()))
+                    .ok()
+                    .map(|u| (p, u))
+            })
+            .collect();
+        Endpoints {
+            base: base.to_string(),
+            parsed,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The endpoint at `path`: parsed already where it parses.
+    pub fn at(&self, path: EndpointPath) -> Endpoint {
+        match self.parsed.iter().find(|(p, _)| *p == path) {
+            Some((_, u)) => Endpoint::Parsed(u.clone()),
+            None => Endpoint::Text(format!("{}{}", self.base, path.as_str())),
+        }
+    }
+}
+
+/// Where one call goes: a URL parsed with the plan, or text the client parses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Parsed(reqwest::Url),
+    Text(String),
+}
+
+impl Endpoint {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Endpoint::Parsed(u) => u.as_str(),
+            Endpoint::Text(t) => t,
+        }
+    }
+}
+
+impl PartialEq<&str> for Endpoint {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 impl Provider {

@@ -9,24 +9,21 @@ use super::{
     turns,
 };
 use crate::ingress::Ingress;
-use crate::policy::plan::Destination;
+use crate::policy::plan::{Destination, EndpointPath, Endpoints};
 
 pub fn prepare(
     dest: &Destination,
-    base_url: &str,
+    base: &Endpoints,
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
     match req.ingress {
-        Ingress::Messages => native(dest, base_url, key, req),
-        Ingress::Chat => translated(dest, base_url, key, req),
+        Ingress::Messages => native(dest, base, key, req),
+        Ingress::Chat => translated(dest, base, key, req),
         // Responses → chat completions → Messages: the chat adapter does the rest.
-        Ingress::Responses => translated(
-            dest,
-            base_url,
-            key,
-            &super::from_responses::chat_request(req),
-        ),
+        Ingress::Responses => {
+            translated(dest, base, key, &super::from_responses::chat_request(req))
+        }
     }
 }
 
@@ -34,12 +31,15 @@ pub fn prepare(
 /// the model is the destination's upstream id and `max_tokens` the proved bound (the
 /// one cap that reaches the vendor). The client's `anthropic-version` and
 /// `anthropic-beta` headers go with it; purser's key replaces the client's.
-fn native(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRequest) -> Prepared {
-    let mut body = req.body.clone();
-    if let Some(o) = body.as_object_mut() {
-        o.insert("model".into(), json!(dest.upstream_model));
-        o.insert("max_tokens".into(), json!(req.max_tokens));
-    }
+fn native(dest: &Destination, base: &Endpoints, key: Option<&str>, req: &ChatRequest) -> Prepared {
+    let body = super::overlay(
+        &req.body,
+        &[
+            ("model", json!(dest.upstream_model)),
+            ("max_tokens", json!(req.max_tokens)),
+        ],
+        &[],
+    );
     let mut headers: Vec<(&'static str, String)> = Vec::new();
     let mut version = None;
     for (k, v) in &req.headers {
@@ -61,7 +61,7 @@ fn native(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatReque
         headers.push(("x-api-key", k.to_string()));
     }
     Prepared {
-        url: format!("{base_url}/messages"),
+        url: base.at(EndpointPath::Messages),
         headers,
         body,
     }
@@ -70,7 +70,7 @@ fn native(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatReque
 /// A chat-completions body translated to the Messages API.
 fn translated(
     dest: &Destination,
-    base_url: &str,
+    base: &Endpoints,
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
@@ -120,9 +120,9 @@ fn translated(
         headers.push(("x-api-key", k.to_string()));
     }
     Prepared {
-        url: format!("{base_url}/messages"),
+        url: base.at(EndpointPath::Messages),
         headers,
-        body: Value::Object(body),
+        body: super::Body::Json(Value::Object(body)),
     }
 }
 

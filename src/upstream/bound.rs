@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::ChatRequest;
 use crate::ingress::Ingress;
-use crate::policy::plan::{Api, Destination, MediaKind};
+use crate::policy::plan::{Api, Destination, Endpoints, MediaKind};
 
 /// What an overhead is counted per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,24 +370,18 @@ pub fn input_tokens(
     // A Messages body to a chat destination is bounded as the chat body it becomes:
     // its tool results are messages of their own there.
     let translated = match (req.ingress, api) {
-        (Ingress::Messages, Api::Openai) => Some(
-            super::from_messages::chat_body(&req.body).map_err(|u| Unbounded {
-                what: format!("it has no faithful chat-completions form: {}", u.why),
-                param: u.param,
-            })?,
-        ),
         // A Responses body to Anthropic or Gemini is the chat body it becomes there,
         // framed by that adapter: counted as chat messages and tools.
-        (Ingress::Responses, Api::Anthropic | Api::Gemini) => Some(
-            super::from_responses::chat_body(&req.body).map_err(|u| Unbounded {
+        (Ingress::Messages, Api::Openai) | (Ingress::Responses, Api::Anthropic | Api::Gemini) => {
+            Some(req.as_chat().map_err(|u| Unbounded {
                 what: format!("it has no faithful chat-completions form: {}", u.why),
-                param: u.param,
-            })?,
-        ),
+                param: u.param.clone(),
+            })?)
+        }
         _ => None,
     };
-    let text = match &translated {
-        // Walked as the vendor's body (`prepare` translates it again).
+    let text = match translated {
+        // Walked as the vendor's body (`prepare` frames the kept translation).
         Some(_) if api != Api::Openai => sent_bytes(dest, req),
         Some(chat) => content_walk(chat, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
@@ -395,7 +389,7 @@ pub fn input_tokens(
         // Not translated here: `sent_bytes` walks (or translates) it.
         None => sent_bytes(dest, req),
     };
-    let body = translated.as_ref().unwrap_or(&req.body);
+    let body = translated.unwrap_or(&req.body);
     let (n_messages, tools) = match (req.ingress, &translated) {
         // Each input item is framed like a message; tools may sit inside items too.
         (Ingress::Responses, None) => {
@@ -471,13 +465,11 @@ fn defined_tools(body: &Value) -> u64 {
 /// bytes those edits can add are added: the upstream model id and `EDITS`.
 pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
     match dest.api {
-        Api::Openai if req.ingress == Ingress::Messages => {
-            super::from_messages::chat_body(&req.body).map_or(0, |chat| {
-                content_walk(&chat, "messages", "content", is_media_part)
-                    .saturating_add(dest.upstream_model.len() as u64)
-                    .saturating_add(OPENAI_EDITS)
-            })
-        }
+        Api::Openai if req.ingress == Ingress::Messages => req.as_chat().map_or(0, |chat| {
+            content_walk(chat, "messages", "content", is_media_part)
+                .saturating_add(dest.upstream_model.len() as u64)
+                .saturating_add(OPENAI_EDITS)
+        }),
         Api::Openai => content_walk(&req.body, "messages", "content", is_media_part)
             .saturating_add(dest.upstream_model.len() as u64)
             .saturating_add(OPENAI_EDITS),
@@ -489,8 +481,8 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
                 .saturating_add(OPENAI_EDITS)
         }
         Api::Anthropic => {
-            let p = super::anthropic::prepare(dest, "", None, req);
-            content_walk(&p.body, "messages", "content", |b| {
+            let p = super::anthropic::prepare(dest, &Endpoints::default(), None, req);
+            content_walk(&p.body.tree(), "messages", "content", |b| {
                 matches!(
                     b.get("type").and_then(Value::as_str),
                     Some("image" | "document")
@@ -498,8 +490,8 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
             })
         }
         Api::Gemini => {
-            let p = super::gemini::prepare(dest, "", None, req);
-            content_walk(&p.body, "contents", "parts", |p| {
+            let p = super::gemini::prepare(dest, &Endpoints::default(), None, req);
+            content_walk(&p.body.tree(), "contents", "parts", |p| {
                 p.get("inlineData").is_some() || p.get("fileData").is_some()
             })
         }
@@ -640,6 +632,7 @@ mod tests {
             stream: true,
             ingress: crate::ingress::Ingress::Chat,
             headers: Vec::new(),
+            chat: Default::default(),
         }
     }
 
@@ -717,7 +710,9 @@ mod tests {
         for api in APIS {
             let d = dest(api, MediaTokens::default());
             let r = req(body.clone());
-            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
             let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
             assert!(
                 bound >= json_len(&sent),
@@ -747,7 +742,9 @@ mod tests {
                 ingress: crate::ingress::Ingress::Responses,
                 ..req(body.clone())
             };
-            let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+            let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
             assert!(sent.to_string().contains(&"r".repeat(700)), "{sent}");
             let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
             let exact = serde_json::to_string(&sent).unwrap().len() as u64;
@@ -964,7 +961,9 @@ mod tests {
             for api in APIS {
                 let d = dest(api, MediaTokens::default());
                 let r = req(body.clone());
-                let sent = super::super::prepare(api, &d, "http://x", None, &r).body;
+                let sent = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r)
+                .body
+                .to_value();
                 let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
                 let messages = body["messages"].as_array().unwrap().len() as u64;
                 let floor = string_bytes(&sent)

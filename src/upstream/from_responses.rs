@@ -28,13 +28,15 @@ use super::{ChatRequest, Usage};
 /// Checked before any call (`gateway::ingress::check`): a body with no faithful chat
 /// form never gets here, and would go as an empty conversation if it did.
 pub fn chat_request(req: &ChatRequest) -> ChatRequest {
-    ChatRequest {
-        body: chat_body(&req.body).unwrap_or_else(|_| json!({"messages": []})),
-        max_tokens: req.max_tokens,
-        stream: req.stream,
-        ingress: crate::ingress::Ingress::Chat,
-        headers: Vec::new(),
-    }
+    ChatRequest::new(
+        req.as_chat()
+            .cloned()
+            .unwrap_or_else(|_| json!({"messages": []})),
+        req.max_tokens,
+        req.stream,
+        crate::ingress::Ingress::Chat,
+        Vec::new(),
+    )
 }
 
 fn no(param: impl Into<String>, why: &'static str) -> Untranslatable {

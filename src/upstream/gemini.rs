@@ -8,22 +8,17 @@ use super::{
     ChatRequest, Part, Prepared, Speaker, Usage, completion, count, data_url, mime_from_url,
     stop_sequences, turns,
 };
-use crate::policy::plan::Destination;
+use crate::policy::plan::{Destination, Endpoint, Endpoints};
 
 pub fn prepare(
     dest: &Destination,
-    base_url: &str,
+    base: &Endpoints,
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
     // Responses → chat completions → generateContent: the chat adapter does the rest.
     if req.ingress == crate::ingress::Ingress::Responses {
-        return prepare(
-            dest,
-            base_url,
-            key,
-            &super::from_responses::chat_request(req),
-        );
+        return prepare(dest, base, key, &super::from_responses::chat_request(req));
     }
     let (system, turns) = turns(&req.body);
     let system: Vec<Value> = system.into_iter().map(|t| json!({"text": t})).collect();
@@ -125,9 +120,13 @@ pub fn prepare(
         "generateContent"
     };
     Prepared {
-        url: format!("{base_url}/models/{}:{method}", dest.upstream_model),
+        url: Endpoint::Text(format!(
+            "{}/models/{}:{method}",
+            base.base(),
+            dest.upstream_model
+        )),
         headers,
-        body,
+        body: super::Body::Json(body),
     }
 }
 

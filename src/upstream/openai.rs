@@ -3,76 +3,104 @@
 
 use serde_json::{Value, json};
 
-use super::{ChatRequest, Prepared, Usage, count};
-use crate::policy::plan::{CapField, Destination};
+use super::{ChatRequest, Prepared, Usage, count, overlay};
+use crate::policy::plan::{CapField, Destination, EndpointPath, Endpoints};
 
 pub fn prepare(
     dest: &Destination,
-    base_url: &str,
+    base: &Endpoints,
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    let mut body = match req.ingress {
-        crate::ingress::Ingress::Responses => return responses(dest, base_url, key, req),
+    let body = match req.ingress {
+        crate::ingress::Ingress::Responses => return responses(dest, base, key, req),
         // Checked before any call (`gateway::ingress::check`): a body that has no
         // faithful chat form never gets here.
-        crate::ingress::Ingress::Messages => {
-            super::from_messages::chat_body(&req.body).unwrap_or_else(|_| json!({"messages": []}))
+        crate::ingress::Ingress::Messages => match req.as_chat() {
+            Ok(chat) => {
+                let (set, remove) = edits(dest, req, chat);
+                overlay(chat, &set, &remove)
+            }
+            Err(_) => {
+                let chat = json!({"messages": []});
+                let (set, remove) = edits(dest, req, &chat);
+                overlay(&chat, &set, &remove)
+            }
+        },
+        crate::ingress::Ingress::Chat => {
+            let (set, remove) = edits(dest, req, &req.body);
+            overlay(&req.body, &set, &remove)
         }
-        crate::ingress::Ingress::Chat => req.body.clone(),
     };
-    if let Some(o) = body.as_object_mut() {
-        o.insert("model".into(), json!(dest.upstream_model));
-        // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
-        // the field this model reads (its entry's `cap_field`, else by family: OpenAI's
-        // reasoning models refuse `max_tokens`), whichever field the client used; the
-        // other is removed.
-        let (keep, drop) = match dest.cap_field() {
-            CapField::MaxCompletionTokens => ("max_completion_tokens", "max_tokens"),
-            CapField::MaxTokens => ("max_tokens", "max_completion_tokens"),
-        };
-        o.remove(drop);
-        o.insert(keep.into(), json!(req.max_tokens));
-        if req.stream {
-            o.insert("stream".into(), json!(true));
-            // Usage in the last chunk is how a stream's exact cost becomes known: added
-            // to the client's options, whose others (include_obfuscation, …) are kept.
-            let mut options = match o.remove("stream_options") {
-                Some(Value::Object(m)) => m,
-                _ => serde_json::Map::new(),
-            };
-            options.insert("include_usage".into(), json!(true));
-            o.insert("stream_options".into(), Value::Object(options));
-        } else {
-            o.remove("stream");
-            o.remove("stream_options");
-        }
-    }
     let mut headers = vec![];
     if let Some(k) = key {
         headers.push(("authorization", format!("Bearer {k}")));
     }
     Prepared {
-        url: format!("{base_url}/chat/completions"),
+        url: base.at(EndpointPath::ChatCompletions),
         headers,
         body,
     }
 }
 
+/// What purser changes in a chat body on its way to the vendor: fields set, fields
+/// removed.
+fn edits(
+    dest: &Destination,
+    req: &ChatRequest,
+    chat: &Value,
+) -> (Vec<(&'static str, Value)>, Vec<&'static str>) {
+    // Exactly one cap reaches the vendor: the bound purser proved the cost with, in
+    // the field this model reads (its entry's `cap_field`, else by family: OpenAI's
+    // reasoning models refuse `max_tokens`), whichever field the client used; the
+    // other is removed.
+    let (keep, drop) = match dest.cap_field() {
+        CapField::MaxCompletionTokens => ("max_completion_tokens", "max_tokens"),
+        CapField::MaxTokens => ("max_tokens", "max_completion_tokens"),
+    };
+    let mut set = vec![
+        ("model", json!(dest.upstream_model)),
+        (keep, json!(req.max_tokens)),
+    ];
+    let mut remove = vec![drop];
+    if req.stream {
+        set.push(("stream", json!(true)));
+        // Usage in the last chunk is how a stream's exact cost becomes known: added
+        // to the client's options, whose others (include_obfuscation, …) are kept.
+        let mut options = match chat.get("stream_options") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        options.insert("include_usage".into(), json!(true));
+        set.push(("stream_options", Value::Object(options)));
+    } else {
+        remove.extend(["stream", "stream_options"]);
+    }
+    (set, remove)
+}
+
 /// A Responses API body, passed through: the upstream model id, and the proved output
 /// bound in `max_output_tokens`, added when the client sent none (Codex never does).
-fn responses(dest: &Destination, base_url: &str, key: Option<&str>, req: &ChatRequest) -> Prepared {
-    let mut body = req.body.clone();
-    if let Some(o) = body.as_object_mut() {
-        o.insert("model".into(), json!(dest.upstream_model));
-        o.insert("max_output_tokens".into(), json!(req.max_tokens));
-    }
+fn responses(
+    dest: &Destination,
+    base: &Endpoints,
+    key: Option<&str>,
+    req: &ChatRequest,
+) -> Prepared {
+    let body = overlay(
+        &req.body,
+        &[
+            ("model", json!(dest.upstream_model)),
+            ("max_output_tokens", json!(req.max_tokens)),
+        ],
+        &[],
+    );
     let mut headers = vec![];
     if let Some(k) = key {
         headers.push(("authorization", format!("Bearer {k}")));
     }
     Prepared {
-        url: format!("{base_url}/responses"),
+        url: base.at(EndpointPath::Responses),
         headers,
         body,
     }
