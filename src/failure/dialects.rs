@@ -31,6 +31,14 @@ pub enum Field {
     Block,
     /// Any message text: `message`, `error` as a string, `detail`, a non-JSON body.
     Message,
+    /// A code-like value anywhere else in the body (a guardrail's `category`, a
+    /// `breakdown[].detector_type`, an `error_type` beside a string `error`): read only
+    /// by the words of the vocabulary (`AnyCode`), never by one vendor's exact rows,
+    /// since no vendor's table names these fields.
+    Nested,
+    /// The status an envelope says it relayed (`upstream_status: 503`, or a numeric
+    /// `code` / `status` of an error quoted one envelope down), as decimal text.
+    Upstream,
     /// In a rule only: any of the vendor's own code fields (`Code`, `Type`, `Status`,
     /// `Reason`, `InnerCode`, `AwsType`), matched by the words of its value. A vocabulary
     /// row reads every vendor's codes by meaning, so an unlisted vendor's
@@ -49,6 +57,8 @@ impl Field {
             | Field::InnerCode
             | Field::AwsType
             | Field::Block
+            | Field::Nested
+            | Field::Upstream
             | Field::AnyCode => true,
             Field::Message => false,
         }
@@ -65,6 +75,7 @@ impl Field {
                     | Field::Reason
                     | Field::InnerCode
                     | Field::AwsType
+                    | Field::Nested
             ),
             Field::Code
             | Field::Type
@@ -74,6 +85,8 @@ impl Field {
             | Field::InnerCode
             | Field::AwsType
             | Field::Block
+            | Field::Nested
+            | Field::Upstream
             | Field::Message => self == seen,
         }
     }
@@ -90,6 +103,8 @@ impl Field {
             Field::AwsType => "aws exception",
             Field::Block => "block marker",
             Field::Message => "message",
+            Field::Nested => "code-like field",
+            Field::Upstream => "relayed status",
             Field::AnyCode => "code",
         }
     }
@@ -1741,6 +1756,24 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("超时"), C::Timeout, DOC_DASHSCOPE),
 ];
 
+/// A status an envelope says it relayed: the vendor's own verdict one envelope down,
+/// read by its family like an answer's status (DESIGN 4). Family tags only: a relayed
+/// bare 403 must not outrank the quota prose beside it.
+const RELAYED_STATUS: &[Rule] = &[
+    fam(F::Upstream, P::Is("429"), C::RateLimited, DESIGN_4),
+    fam(F::Upstream, P::Is("402"), C::RateLimited, DESIGN_4),
+    fam(F::Upstream, P::Is("503"), C::Overloaded, DESIGN_4),
+    fam(F::Upstream, P::Is("529"), C::Overloaded, DESIGN_4),
+    fam(F::Upstream, P::Is("408"), C::Timeout, DESIGN_4),
+    fam(F::Upstream, P::Is("504"), C::Timeout, DESIGN_4),
+    fam(F::Upstream, P::Is("524"), C::Timeout, DESIGN_4),
+    fam(F::Upstream, P::Is("401"), C::Auth, DESIGN_4),
+    fam(F::Upstream, P::Is("403"), C::Auth, DESIGN_4),
+    fam(F::Upstream, P::Starts("5"), C::ServerError, DESIGN_4),
+];
+
+const DESIGN_4: &str = "DESIGN 4: a status is read by its family";
+
 /// Every dialect, consulted for every answer: a relay can put any vendor's words
 /// inside any adapter's envelope, so the adapter does not narrow the tables.
 pub const DIALECTS: &[Dialect] = &[
@@ -1813,6 +1846,11 @@ pub const DIALECTS: &[Dialect] = &[
         name: "meaning",
         source: "per row",
         rules: MEANING,
+    },
+    Dialect {
+        name: "relayed status",
+        source: DESIGN_4,
+        rules: RELAYED_STATUS,
     },
 ];
 
