@@ -1365,7 +1365,14 @@ const MODERATION: &[Rule] = &[
 /// Explicit prose by meaning beyond the phrases above, English and Chinese.
 const MEANING: &[Rule] = &[
     // The credential.
-    s(F::Message, P::Has("invalid token"), C::Auth, DOC_ONEAPI),
+    // "Invalid token in prompt: 123456" is a token id outside the vocabulary, a
+    // malformed prompt, not a credential.
+    s(
+        F::Message,
+        P::Term("invalid token", &["invalid token in prompt", "invalid token id"]),
+        C::Auth,
+        DOC_ONEAPI,
+    ),
     s(F::Message, P::Has("token is invalid"), C::Auth, DOC_ONEAPI),
     s(F::Message, P::Has("token has expired"), C::Auth, DOC_ONEAPI),
     s(
@@ -1756,6 +1763,149 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("超时"), C::Timeout, DOC_DASHSCOPE),
 ];
 
+const DOC_LAKERA: &str = "https://docs.lakera.ai/docs/api/guard (detector types, flagged)";
+const DOC_KONG_GUARD: &str =
+    "https://developer.konghq.com/plugins/?category=ai (AI guardrail plugins' block bodies)";
+const DOC_CONTENT_SAFETY: &str =
+    "https://learn.microsoft.com/azure/ai-services/content-safety/overview";
+const DOC_PRISMA: &str = "https://docs.paloaltonetworks.com/ai-runtime-security (scan verdicts)";
+
+/// What guardrail products and the gateways in front of them say when they block a
+/// prompt or an answer: their verdict words, in prose and in their category fields.
+/// A guardrail's block is a refusal by the same rule as a vendor's (DESIGN 4): another
+/// destination must not be asked the same thing. Added from round 6's tuning cases
+/// (Lakera via Kong, Azure Content Safety via Kong, Prisma AIRS, APISIX's moderation
+/// plugins); each row is the product's documented vocabulary, not one body's phrase.
+const GUARDRAILS: &[Rule] = &[
+    s(
+        F::Message,
+        P::Term("was filtered", &["filtered by your", "filtered by provider"]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("prompt injection", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("prompt attack", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(F::Message, P::Term("jailbreak", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(F::Message, P::Term("pii", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(F::Message, P::Term("toxic", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(F::Message, P::Term("hate speech", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(
+        F::Message,
+        P::Term("forbidden content", &[]),
+        C::ContentRefusal,
+        DOC_KONG_GUARD,
+    ),
+    s(F::Message, P::Term("deny prompt", &[]), C::ContentRefusal, DOC_KONG_GUARD),
+    s(
+        F::Message,
+        P::Term("content safety", &[]),
+        C::ContentRefusal,
+        DOC_CONTENT_SAFETY,
+    ),
+    // A page's "Content Security Policy" header advice is no verdict on content.
+    s(
+        F::Message,
+        P::Term("security policy", &["content security policy"]),
+        C::ContentRefusal,
+        DOC_PRISMA,
+    ),
+    s(F::AnyCode, P::Word("pii"), C::ContentRefusal, DOC_LAKERA),
+    s(F::AnyCode, P::Word("jailbreak"), C::ContentRefusal, DOC_LAKERA),
+    s(F::AnyCode, P::Word("prompt_injection"), C::ContentRefusal, DOC_LAKERA),
+    s(F::AnyCode, P::Word("prompt_attack"), C::ContentRefusal, DOC_LAKERA),
+    s(F::AnyCode, P::Word("moderated"), C::ContentRefusal, DOC_LAKERA),
+    s(F::AnyCode, P::Word("toxicity"), C::ContentRefusal, DOC_LAKERA),
+    // OpenAI's cybersecurity check (`cyber_policy`) is a usage-policy refusal.
+    s(F::AnyCode, P::Word("cyber"), C::ContentRefusal, DOC_OPENAI),
+];
+
+/// Prose by meaning that round 6's tuning cases showed missing: context, model and
+/// account words in the forms other vendors use, Russian included.
+const MEANING_MORE: &[Rule] = &[
+    s(
+        F::Message,
+        P::Then("prompt token count", "exceed"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Then("input token", "exceed"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Term("too many prompt tokens", &[]),
+        C::ContextLength,
+        DOC_PERPLEXITY,
+    ),
+    s(
+        F::Message,
+        P::Then("length of all messages", "too long"),
+        C::ContextLength,
+        DOC_PERPLEXITY,
+    ),
+    s(F::AnyCode, P::Word("prompt_tokens"), C::ContextLength, DOC_PERPLEXITY),
+    s(F::AnyCode, P::Word("context_exceed"), C::ContextLength, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Has("превышает контекст"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("модел", "не существует"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Then("model", "unavailable in your region"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Then("version", "does not exist"),
+        C::ModelNotFound,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Then("account", "suspended"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Then("account", "deactivated"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Term("not available in your country", &[]),
+        C::Auth,
+        DOC_GOOGLE,
+    ),
+    s(F::Message, P::Term("bearer", &[]), C::Auth, DOC_OPENAI),
+    // "Request failed during generation: Server error: …" (TGI's stream error event):
+    // the provider's fault, said in prose. A family word: any cause outranks it.
+    fam(F::Message, P::Term("server error", &[]), C::ServerError, DOC_VLLM),
+];
+
 /// A status an envelope says it relayed: the vendor's own verdict one envelope down,
 /// read by its family like an answer's status (DESIGN 4). Family tags only: a relayed
 /// bare 403 must not outrank the quota prose beside it.
@@ -1846,6 +1996,16 @@ pub const DIALECTS: &[Dialect] = &[
         name: "meaning",
         source: "per row",
         rules: MEANING,
+    },
+    Dialect {
+        name: "guardrails",
+        source: "per row",
+        rules: GUARDRAILS,
+    },
+    Dialect {
+        name: "meaning",
+        source: "per row",
+        rules: MEANING_MORE,
     },
     Dialect {
         name: "relayed status",
