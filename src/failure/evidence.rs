@@ -259,14 +259,32 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
     if let Some(Value::Object(e)) = top.get("error") {
         objects.push(e);
     }
+    // TencentCloud API 3.0 (Hunyuan's native API) answers every call with HTTP 200 and
+    // puts a failure in `Response.Error: {Code, Message}`.
+    if let Some(Value::Object(e)) = top.get("Response").and_then(|r| r.get("Error")) {
+        objects.push(e);
+    }
     for obj in objects {
+        // `Code` and `Message` are the TencentCloud spelling; `error_type` is Hugging
+        // Face TGI's (`{"error": "...", "error_type": "generation"}`).
         for (key, field) in [
             ("code", Field::Code),
+            ("Code", Field::Code),
             ("type", Field::Type),
+            ("error_type", Field::Type),
             ("status", Field::Status),
         ] {
             if let Some(Value::String(s)) = obj.get(key) {
                 push(seen, field, s, depth);
+            }
+        }
+        // NAVER CLOVA Studio: `{"status": {"code": "40003", "message": "…"}}`.
+        if let Some(Value::Object(st)) = obj.get("status") {
+            if let Some(Value::String(c)) = st.get("code") {
+                push(seen, Field::Code, c, depth);
+            }
+            if let Some(Value::String(m)) = st.get("message") {
+                text(m, depth, seen);
             }
         }
         // Cloudflare's problem+json error pages name the fault in `error_name`; their
@@ -373,6 +391,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             "error_msg",
             "msg",
             "$error",
+            "Message",
         ] {
             match obj.get(key) {
                 Some(Value::String(s)) => text(s, depth, seen),
