@@ -94,6 +94,18 @@ fn no_documented_refusal_fails_over_under_any_status() {
     {
         let api: Api = serde_json::from_value(r["api"].clone()).unwrap();
         let body = r["body"].as_str().unwrap();
+        // Under its documented status, `--explain` names the vocabulary row (and its
+        // source) that decided, never the bare status.
+        let documented = r["status"].as_u64().unwrap() as u16;
+        let e = explain(api, documented, &headers_of(r), body);
+        assert!(
+            e.signal.source != "status" && !e.signal.basis.is_empty(),
+            "{} {}: decided by {} (basis {:?})",
+            r["vendor"],
+            r["code"],
+            e.signal,
+            e.signal.basis
+        );
         for status in [400, 403, 422, 429, 446, 500, 502, 503, 520] {
             let class = explain(api, status, &headers_of(r), body)
                 .outcome

@@ -122,6 +122,17 @@ pub enum Pat {
 }
 
 impl Pat {
+    /// Whether every word of the pattern is ASCII.
+    pub const fn is_ascii(self) -> bool {
+        match self {
+            Pat::Is(p) | Pat::Has(p) | Pat::Starts(p) | Pat::Word(p) | Pat::Term(p, _) => {
+                p.is_ascii()
+            }
+            Pat::Both(a, b) | Pat::Then(a, b) => a.is_ascii() && b.is_ascii(),
+            Pat::Any => true,
+        }
+    }
+
     /// Whether the value matches: `v` lower-cased, `w` its word form (`words`).
     pub fn matches(self, v: &str, w: &str) -> bool {
         match self {
@@ -219,6 +230,10 @@ pub struct Rule {
     /// Where the row comes from (the vendor's documentation or a real answer); empty
     /// for rows whose dialect's `source` covers them.
     pub src: &'static str,
+    /// Whether the row's words are all ASCII: such a row can match any value, while a
+    /// row in another script (Chinese, Japanese, Korean) can never match an ASCII
+    /// value, and the reader skips it there (most answers are ASCII).
+    pub ascii: bool,
 }
 
 /// A vendor's (or a family of compatible vendors') signals.
@@ -237,6 +252,7 @@ const fn r(field: Field, pat: Pat, class: FailureClass) -> Rule {
         class,
         says: Says::Cause,
         src: "",
+        ascii: pat.is_ascii(),
     }
 }
 
@@ -248,6 +264,7 @@ const fn g(field: Field, pat: Pat, class: FailureClass) -> Rule {
         class,
         says: Says::Family,
         src: "",
+        ascii: pat.is_ascii(),
     }
 }
 
@@ -259,6 +276,7 @@ const fn fam(field: Field, pat: Pat, class: FailureClass, src: &'static str) -> 
         class,
         says: Says::Family,
         src,
+        ascii: pat.is_ascii(),
     }
 }
 
@@ -270,6 +288,7 @@ const fn s(field: Field, pat: Pat, class: FailureClass, src: &'static str) -> Ru
         class,
         says: Says::Cause,
         src,
+        ascii: pat.is_ascii(),
     }
 }
 

@@ -82,9 +82,13 @@ pub fn read_value(v: &Value) -> Vec<Hit> {
 fn judge(seen: &[Seen]) -> Vec<Hit> {
     let mut hits = Vec::new();
     for s in seen {
+        let ascii = s.value.is_ascii();
         for d in DIALECTS {
             for rule in d.rules {
-                if rule.field.reads(s.field) && rule.pat.matches(&s.value, &s.words) {
+                if rule.field.reads(s.field)
+                    && (rule.ascii || !ascii)
+                    && rule.pat.matches(&s.value, &s.words)
+                {
                     // A code read by its words shows the code and the word that decided.
                     let value = match (s.field.is_structured(), rule.pat) {
                         (true, Pat::Word(w)) => format!("{} ~ {w}", s.value),
