@@ -1846,6 +1846,13 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("额度"), C::RateLimited, DOC_ONEAPI),
     s(F::Message, P::Has("余额"), C::RateLimited, DOC_SILICONFLOW),
     s(F::Message, P::Has("请求频率"), C::RateLimited, DOC_ZHIPU),
+    // DeepSeek's Chinese table: "429 - 请求速率达到上限".
+    s(
+        F::Message,
+        P::Has("速率"),
+        C::RateLimited,
+        "https://api-docs.deepseek.com/zh-cn/quick_start/error_codes",
+    ),
     s(F::Message, P::Has("调用频率"), C::RateLimited, DOC_ZHIPU),
     s(F::Message, P::Has("访问频率"), C::RateLimited, DOC_ZHIPU),
     s(F::Message, P::Has("并发"), C::RateLimited, DOC_ZHIPU),
@@ -2278,6 +2285,13 @@ const MEANING: &[Rule] = &[
     s(F::Message, P::Has("负载过高"), C::Overloaded, DOC_QIANFAN),
     s(F::Message, P::Has("访问量过大"), C::Overloaded, DOC_ZHIPU),
     s(F::Message, P::Has("過負荷"), C::Overloaded, DOC_OPENAI_JA),
+    // DeepSeek's Japanese table: "503 - サーバーオーバーロード".
+    s(
+        F::Message,
+        P::Has("オーバーロード"),
+        C::Overloaded,
+        "https://api-docs.deepseek.com/ (Japanese edition of the error codes)",
+    ),
     s(F::Message, P::Has("混雑"), C::Overloaded, DOC_OPENAI_JA),
     s(F::Message, P::Has("과부하"), C::Overloaded, DOC_KO),
     s(F::Message, P::Has("혼잡"), C::Overloaded, DOC_KO),
