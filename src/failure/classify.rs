@@ -866,25 +866,39 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
 }
 
 /// A 2xx that is no answer of any API (no `choices`, `content`, `candidates` or
-/// `output`) but names its own failure in top-level fields: Baidu Qianfan's v1 API
-/// answers every error under HTTP 200 as `{"error_code": 110, "error_msg": …}`. Such a
-/// body is read for its cause like any error; with none, it stays `unclassified`, as a
-/// 2xx that is no answer always was. A zero or empty code is a success's, not an error.
-/// Added in round 5.
+/// `output` with a value) but names its own failure in top-level fields. Vendors that
+/// answer every error under HTTP 200: Baidu Qianfan's v1 API (`{"error_code": 110,
+/// "error_msg": …}`, or `{"code": 336501, "msg": …}`), iFlytek Spark's HTTP API
+/// (`{"code": 10013, "message": …}`), MiniMax (`base_resp.status_code`) and
+/// TencentCloud API 3.0 (`Response.Error`). Such a body is read for its cause like any
+/// error; with none, it stays `unclassified`, as a 2xx that is no answer always was. A
+/// zero code (or 200, 20000: a success said as a number) and an empty message are a
+/// success's, not an error. Added in round 5; the numeric `code`, `base_resp` and
+/// `Response.Error` forms from the vendors' documented tables.
 fn names_its_error(v: &Value) -> bool {
     let answer = ["choices", "content", "candidates", "output"]
         .iter()
-        .any(|k| v.get(*k).is_some());
-    let code = v.get("error_code").is_some_and(|c| match c {
-        Value::Number(n) => n.as_i64() != Some(0),
-        Value::String(s) => !s.is_empty() && s != "0",
+        .any(|k| v.get(*k).is_some_and(|a| !a.is_null()));
+    let failed = |c: &Value| match c {
+        Value::Number(n) => !matches!(n.as_i64(), Some(0 | 200 | 20000)),
+        Value::String(s) => !s.is_empty() && !matches!(s.as_str(), "0" | "200" | "20000"),
         Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => false,
-    });
-    let message = ["error_msg", "error_message"]
-        .iter()
-        .filter_map(|k| v.get(*k).and_then(Value::as_str))
-        .any(|m| !m.trim().is_empty());
-    !answer && (code || message || own_status(v).is_some())
+    };
+    let said = |keys: &[&str]| {
+        keys.iter()
+            .filter_map(|k| v.get(*k).and_then(Value::as_str))
+            .any(|m| !m.trim().is_empty())
+    };
+    let code = v.get("error_code").is_some_and(failed);
+    let message = said(&["error_msg", "error_message"]);
+    // A bare numeric `code` is only an error's when it comes with words of its own.
+    let numbered =
+        v.get("code").is_some_and(|c| c.is_number() && failed(c)) && said(&["message", "msg"]);
+    let base_resp = v
+        .pointer("/base_resp/status_code")
+        .is_some_and(|c| c.is_number() && failed(c));
+    let tencent = v.pointer("/Response/Error").is_some_and(Value::is_object);
+    !answer && (code || message || numbered || base_resp || tencent || own_status(v).is_some())
 }
 
 /// A Responses API object: blocked when a content filter says so or the answer stopped

@@ -82,9 +82,13 @@ pub fn read_value(v: &Value) -> Vec<Hit> {
 fn judge(seen: &[Seen]) -> Vec<Hit> {
     let mut hits = Vec::new();
     for s in seen {
+        let ascii = s.value.is_ascii();
         for d in DIALECTS {
             for rule in d.rules {
-                if rule.field.reads(s.field) && rule.pat.matches(&s.value, &s.words) {
+                if rule.field.reads(s.field)
+                    && (rule.ascii || !ascii)
+                    && rule.pat.matches(&s.value, &s.words)
+                {
                     // A code read by its words shows the code and the word that decided.
                     let value = match (s.field.is_structured(), rule.pat) {
                         (true, Pat::Word(w)) => format!("{} ~ {w}", s.value),
@@ -323,17 +327,35 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
     if let Some(Value::Object(e)) = get_ci(top, "error") {
         objects.push(e);
     }
+    // TencentCloud API 3.0 (Hunyuan's native API) answers every call with HTTP 200 and
+    // puts a failure in `Response.Error: {Code, Message}`.
+    if let Some(Value::Object(e)) = top.get("Response").and_then(|r| r.get("Error")) {
+        objects.push(e);
+    }
     for obj in &objects {
         relayed_status(obj, depth, seen);
     }
     for obj in objects.iter().copied() {
+        // `Code` and `Message` are the TencentCloud spelling; `error_type` is Hugging
+        // Face TGI's (`{"error": "...", "error_type": "generation"}`).
         for (key, field) in [
             ("code", Field::Code),
+            ("Code", Field::Code),
             ("type", Field::Type),
+            ("error_type", Field::Type),
             ("status", Field::Status),
         ] {
             if let Some(Value::String(s)) = obj.get(key) {
                 push(seen, field, s, depth);
+            }
+        }
+        // NAVER CLOVA Studio: `{"status": {"code": "40003", "message": "…"}}`.
+        if let Some(Value::Object(st)) = obj.get("status") {
+            if let Some(Value::String(c)) = st.get("code") {
+                push(seen, Field::Code, c, depth);
+            }
+            if let Some(Value::String(m)) = st.get("message") {
+                text(m, depth, seen);
             }
         }
         // Cloudflare's problem+json error pages name the fault in `error_name`; their
@@ -440,6 +462,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             "error_msg",
             "msg",
             "$error",
+            "Message",
         ] {
             match get_ci(obj, key) {
                 Some(Value::String(s)) => text(s, depth, seen),
