@@ -986,6 +986,86 @@ mod tests {
     }
 
     #[test]
+    fn words_in_a_field_no_table_names_still_count() {
+        // A guardrail's verdict in a field nobody listed, under a 403 the family would
+        // call auth.
+        let body = r#"{"result":{"explanation":"blocked: the prompt contains hate speech"}}"#;
+        assert_eq!(
+            classify(Api::Openai, 403, &[], body).class(),
+            Some(FailureClass::ContentRefusal)
+        );
+        // The request a gateway echoes back is the client's words, not a verdict.
+        let echo = r#"{"error":{"message":"temperature must be at most 2"},"messages":[{"role":"user","content":"is this harmful?"}],"prompt":"unsafe?"}"#;
+        assert_eq!(
+            classify(Api::Openai, 400, &[], echo).class(),
+            Some(FailureClass::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_relayed_status_is_read_by_its_family() {
+        let body = r#"{"code":"upstream_http_error","message":"the upstream failed","upstream_status":503}"#;
+        assert_eq!(
+            classify(Api::Openai, 500, &[], body).class(),
+            Some(FailureClass::Overloaded)
+        );
+        // A relayed 403 is only a family: the quota prose beside it decides.
+        let quota = r#"{"message":"insufficient balance","upstream_status":403}"#;
+        assert_eq!(
+            classify(Api::Openai, 502, &[], quota).class(),
+            Some(FailureClass::RateLimited)
+        );
+    }
+
+    #[test]
+    fn a_404_is_the_model_when_it_names_one_else_the_path() {
+        let model = r#"{"message":"model 'command-r' was removed on September 15, 2025"}"#;
+        assert_eq!(
+            classify(Api::Openai, 404, &[], model).class(),
+            Some(FailureClass::ModelNotFound)
+        );
+        assert_eq!(
+            classify(Api::Openai, 404, &[], "Cannot POST /v1/chat/completion").class(),
+            Some(FailureClass::Malformed)
+        );
+        // A 3xx is no answer, whatever family tag its body restates.
+        let moved = r#"{"error":{"code":302,"message":"Unknown Error.","status":"UNKNOWN"}}"#;
+        assert_eq!(
+            classify(Api::Gemini, 302, &[], moved).class(),
+            Some(FailureClass::Unclassified)
+        );
+    }
+
+    #[test]
+    fn a_2xx_that_is_no_answer_is_read_for_a_refusal_or_its_own_status() {
+        let canned = r#"{"content":"Blocked due to policy violation.","guardrail_info":{"type":"VIOLENCE"}}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], canned).class(),
+            Some(FailureClass::ContentRefusal)
+        );
+        let busy = r#"{"status":429,"message":"Too many requests"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], busy).class(),
+            Some(FailureClass::RateLimited)
+        );
+        // A success said as a number is a success's field, and stays no answer.
+        let ok = r#"{"code":200,"data":{}}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], ok).class(),
+            Some(FailureClass::Unclassified)
+        );
+    }
+
+    #[test]
+    fn a_failed_responses_stream_is_read_like_its_error() {
+        let body = "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"Our servers are currently overloaded.\"}}}\n\n";
+        assert_eq!(
+            classify(Api::Openai, 200, &[], body).class(),
+            Some(FailureClass::Overloaded)
+        );
+    }
+
+    #[test]
     fn garbage_is_unclassified_not_success() {
         assert_eq!(
             classify(Api::Openai, 200, &[], "<html>").class(),

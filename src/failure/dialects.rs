@@ -2472,6 +2472,14 @@ const MEANING_MORE: &[Rule] = &[
         DOC_GOOGLE,
     ),
     s(F::Message, P::Term("bearer", &[]), C::Auth, DOC_OPENAI),
+    // Family tags by their words, so a code no vendor table lists is still read (and
+    // named by --explain) rather than overruled by the bare status: a `system_error`
+    // is the provider's, a `…_request_error` the request's, a subscription `tier`
+    // the account's, a gateway's `…provider_blocked` its own configuration.
+    fam(F::AnyCode, P::Word("system_error"), C::ServerError, DOC_OPENAI),
+    fam(F::AnyCode, P::Word("request_error"), C::Malformed, DOC_OPENAI),
+    fam(F::AnyCode, P::Word("tier"), C::Auth, DOC_MISTRAL),
+    fam(F::AnyCode, P::Word("provider_blocked"), C::Malformed, DOC_OPENAI),
     // "Request failed during generation: Server error: …" (TGI's stream error event):
     // the provider's fault, said in prose. A family word: any cause outranks it.
     fam(F::Message, P::Term("server error", &[]), C::ServerError, DOC_VLLM),
