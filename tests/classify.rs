@@ -678,6 +678,86 @@ fn the_fifth_round_tuning_misses_come_out_right() {
     }
 }
 
+/// Round 6 (242 verbatim cases from eight gatherers, labelled without running the
+/// classifier; 44 held out by the hash, 3 of them refusals). The held-out cases were
+/// measured three times, each time without looking at which ones missed: with the
+/// rules as round 5 left them, 41 of 44 (refusals 2 of 3); with the vocabulary read
+/// from the vendors' own error tables (tests/vocabulary.rs), 41 of 44 (2 of 3); then,
+/// after the rules written from the 198 tuning cases, **43 of 44 (97.7%), refusals 3 of
+/// 3**. The one miss (OpenAI's "organization must be verified to stream" with code
+/// `unsupported_value`, labelled auth) is left as it is: the vendor's structured code
+/// decides before its prose (DESIGN 4).
+#[test]
+fn the_sixth_round_held_out_is_reported_apart() {
+    assert_round_held_out(6);
+    let (right, total, refusals, refusals_right, wrong) = round_held_out(6);
+    assert_eq!(
+        (right, total, refusals, refusals_right),
+        (43, 44, 3, 3),
+        "{}",
+        wrong.join("\n")
+    );
+}
+
+/// The sixth round's tuning cases the rules missed before it (42 of 198), one per kind,
+/// each read now by a rule about the kind: a field no table named, a guardrail's
+/// verdict words, a relayed status, a stream's `response.failed`, a 2xx that is no
+/// answer, a 3xx, a 404 naming its model, prose in other words and languages.
+#[test]
+fn the_sixth_round_tuning_misses_come_out_right() {
+    let named = [
+        // Guardrail products' verdicts under 403 and 400: never auth, never malformed.
+        ("lakera-guard-403-prompt-attack-via-kong", "content_refusal"),
+        ("lakera-guard-403-pii-credit-card-via-kong", "content_refusal"),
+        ("prisma-airs-kong-403-blocked-by-security-policy", "content_refusal"),
+        ("azure-content-safety-400-reason-hidden-via-kong", "content_refusal"),
+        ("apisix-400-aws-comprehend-toxicity-threshold-plain-text-docs", "content_refusal"),
+        ("openai-codex-200-stream-error-cyber-policy", "content_refusal"),
+        // Words in fields no vendor table names: `reason`, `description`, a 4xx shaped
+        // like an answer, a relay's string quoting a camel-cased block reason.
+        ("opensearch-ml-400-guardrails-triggered-user-input", "content_refusal"),
+        ("wso2-ai-gateway-446-guardrail-violation-detected", "content_refusal"),
+        ("apisix-400-aliyun-moderation-chat-completion-shaped-refusal-docs", "content_refusal"),
+        ("relay-429-wrapping-one-api-gemini-blocked-prohibited-content", "content_refusal"),
+        // A 2xx that is no answer: its own status, or a guardrail's canned text.
+        ("gigachat-200-status-429-too-many-requests", "rate_limited"),
+        ("infor-genai-200-bedrock-guardrail-blocked-content", "content_refusal"),
+        // A relayed status, and a failed Responses stream.
+        ("zed-cloud-500-upstream-http-error-anthropic-503-envoy-reset", "overloaded"),
+        ("sub2api-200-sse-response-failed-server-error-overloaded", "overloaded"),
+        ("tgi-200-stream-generation-error-event", "server_error"),
+        // A 404 that names the model is the model.
+        ("cohere-404-model-command-r-removed", "model_not_found"),
+        // Context, model and account prose in other words, Russian included.
+        ("github-copilot-400-prompt-token-count-empty-code-fields", "context_length"),
+        ("paragonapi-400-ru-context-exceed-capital-error-key", "context_length"),
+        ("snowflake-cortex-400-model-unavailable-in-region", "model_not_found"),
+        ("gemini-400-free-tier-not-available-in-country-nextchat", "auth"),
+        ("nvidia-nim-500-axum-missing-authorization-extension-plain", "auth"),
+        // A token id outside the vocabulary is no credential.
+        ("openai-400-invalid-token-in-prompt-range", "malformed"),
+    ];
+    let cases = cases();
+    for (id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["round"], 6, "{id}");
+        assert_eq!(c["expected_class"], want, "{id}");
+        let (class, signal) = got(c);
+        assert_eq!(class, want, "{id} by {signal}");
+        assert!(!signal.starts_with("status="), "{id} by {signal}");
+    }
+    // A 3xx is no answer, whatever family tag its body restates.
+    let c = cases
+        .iter()
+        .find(|c| c["id"] == "gemini-302-files-download-unknown-error")
+        .expect("the 302 case");
+    assert_eq!(got(c).0, "unclassified");
+}
+
 /// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any
 /// fix): fixed afterwards, so round 2's held-out figure is no longer clean. Google's
 /// NOT_FOUND on a generate call and NVIDIA's NVCF "Not found for account".
@@ -1077,6 +1157,8 @@ fn structured_code(v: &Value) -> Option<String> {
                     "internal_error_proxy",
                     "provider_response_error",
                     "http_error",
+                    // Portkey's top-level `status: failure` says only that it failed.
+                    "failure",
                     // one-api names its type after the channel it relayed.
                     "baidu_error",
                 ]

@@ -181,6 +181,11 @@ enum Meaning {
     Open(FailureClass),
     /// 413: too large is an over-long input, otherwise a malformed request.
     TooLarge,
+    /// 404: the model when the body names one (DESIGN 4: "404" is model_not_found),
+    /// otherwise a path that does not exist (malformed).
+    NotFound,
+    /// 3xx: no answer at all, whatever a body's family tag restates.
+    Redirect,
 }
 
 fn meaning(status: Option<u16>) -> Meaning {
@@ -191,6 +196,8 @@ fn meaning(status: Option<u16>) -> Meaning {
         Some(402) => Meaning::Fixed(C::RateLimited),
         Some(408 | 504 | 524) => Meaning::Fixed(C::Timeout),
         Some(413) => Meaning::TooLarge,
+        Some(404) => Meaning::NotFound,
+        Some(300..=399) => Meaning::Redirect,
         Some(429) => Meaning::Provider(C::RateLimited),
         Some(503 | 529) => Meaning::Provider(C::Overloaded),
         Some(500..=599) => Meaning::Provider(C::ServerError),
@@ -301,6 +308,26 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             Some(h) => (h.class, Signal::of(h)),
             None => (c, status_signal()),
         },
+        Meaning::NotFound => {
+            let names_model = raw.to_lowercase().contains("model");
+            match best(hits, refines) {
+                Some(h) => (h.class, Signal::of(h)),
+                None if names_model => (
+                    FailureClass::ModelNotFound,
+                    Signal {
+                        source: "status and message".into(),
+                        value: "404 naming a model".into(),
+                        depth: 0,
+                        basis: "DESIGN 4: a 404 is model_not_found; one on a path is malformed",
+                    },
+                ),
+                None => match best(hits, opens) {
+                    Some(h) => (h.class, Signal::of(h)),
+                    None => (FailureClass::Malformed, status_signal()),
+                },
+            }
+        }
+        Meaning::Redirect => (FailureClass::Unclassified, status_signal()),
         Meaning::TooLarge => {
             let lower = raw.to_lowercase();
             match ["too large", "exceeds the maximum"]
@@ -373,17 +400,30 @@ fn classify_error(
     )
 }
 
+/// The status an error inside a 2xx says it would have had: `error.code`
+/// (OpenRouter mid-stream), or a top-level `status` / `statusCode` / `status_code` /
+/// `code` (GigaChat answers `{"status": 429, "message": "Too many requests"}` under a
+/// 200). Only a number of the error families counts.
+fn own_status(v: &Value) -> Option<u16> {
+    ["/error/code", "/status", "/statusCode", "/status_code", "/code"]
+        .iter()
+        .filter_map(|p| v.pointer(p))
+        .find_map(|c| match c {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse::<u64>().ok(),
+            Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => None,
+        })
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c))
+}
+
 /// An error object that is not a whole answer: a stream's error event, or an error
 /// inside a 2xx. No status speaks for it.
 fn classify_error_value(v: &Value) -> Explained {
     let hits = evidence::read_value(v);
     // An error sent inside a 2xx (OpenRouter mid-stream, proxies) often carries the
     // status it would have had as `error.code`: read it as that status.
-    let status = v
-        .pointer("/error/code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| (400..600).contains(c));
+    let status = own_status(v);
     let (class, signal) = decide(status, &hits, "");
     let signal = match (status, signal.source.as_ref()) {
         (Some(_), "status") => Signal::new("error.code", signal.value),
@@ -451,6 +491,20 @@ pub fn classify_event(api: Api, name: Option<&str>, v: &Value) -> EventSignal {
 /// `classify_event`, with the signal that decided a failure.
 fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal>) {
     let ty = v.get("type").and_then(Value::as_str);
+    // The Responses API ends a failed stream with `response.failed`, its error inside
+    // the response object: read like the same error sent as an answer.
+    if (name == Some("response.failed") || ty == Some("response.failed"))
+        && let Some(r) = v.get("response").filter(|r| r.get("error").is_some_and(|e| !e.is_null()))
+    {
+        let e = classify_error_value(r);
+        let signal = match e.outcome {
+            Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
+            Outcome::Success => {
+                EventSignal::Failure(FailureClass::Unclassified, "response.failed".into())
+            }
+        };
+        return (signal, Some(e.signal));
+    }
     if name == Some("error")
         || ty == Some("error")
         || (v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
@@ -705,6 +759,27 @@ fn unclassified(reason: &'static str, what: &'static str) -> Explained {
     )
 }
 
+/// A 2xx that is no answer of its API: unclassified, unless it carries the
+/// moderation vocabulary (a gateway's canned "Blocked due to policy violation." with a
+/// `guardrail_info`): a refusal must never become a failover, and `unclassified` may.
+fn no_answer(v: &Value, reason: &'static str, what: &'static str) -> Explained {
+    let hits = evidence::read_value(v);
+    match hits
+        .iter()
+        .filter(|h| h.class == FailureClass::ContentRefusal)
+        .min_by_key(|h| (u8::MAX - h.depth, !h.field.is_structured()))
+    {
+        Some(h) => Explained::new(
+            Outcome::fail(
+                FailureClass::ContentRefusal,
+                format!("a 2xx that is no answer, classed content_refusal by {}", Signal::of(h)),
+            ),
+            Signal::of(h),
+        ),
+        None => unclassified(reason, what),
+    }
+}
+
 fn success(what: &'static str) -> Explained {
     Explained::new(Outcome::Success, Signal::new("answer", what))
 }
@@ -724,7 +799,7 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
                 return classify_response_object(v);
             }
             let Some(choices) = v.get("choices").and_then(Value::as_array) else {
-                return unclassified("a 2xx without `choices`", "no choices");
+                return no_answer(v, "a 2xx without `choices`", "no choices");
             };
             match event(api, None, v) {
                 (EventSignal::Failure(class, reason), signal) => Explained::new(
@@ -735,7 +810,7 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
                     success("choices")
                 }
                 (EventSignal::Content | EventSignal::Neutral, _) => {
-                    unclassified("a 2xx with no choices", "empty choices")
+                    no_answer(v, "a 2xx with no choices", "empty choices")
                 }
             }
         }
@@ -752,7 +827,7 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
             if v.get("content").is_some_and(Value::is_array) {
                 success("content")
             } else {
-                unclassified("a 2xx without `content`", "no content")
+                no_answer(v, "a 2xx without `content`", "no content")
             }
         }
         Api::Gemini => {
@@ -784,32 +859,46 @@ fn classify_success_json(api: Api, v: &Value) -> Explained {
                         success("candidates")
                     }
                 }
-                Some(_) | None => unclassified("a 2xx without candidates", "no candidates"),
+                Some(_) | None => no_answer(v, "a 2xx without candidates", "no candidates"),
             }
         }
     }
 }
 
 /// A 2xx that is no answer of any API (no `choices`, `content`, `candidates` or
-/// `output`) but names its own failure in top-level fields: Baidu Qianfan's v1 API
-/// answers every error under HTTP 200 as `{"error_code": 110, "error_msg": …}`. Such a
-/// body is read for its cause like any error; with none, it stays `unclassified`, as a
-/// 2xx that is no answer always was. A zero or empty code is a success's, not an error.
-/// Added in round 5.
+/// `output` with a value) but names its own failure in top-level fields. Vendors that
+/// answer every error under HTTP 200: Baidu Qianfan's v1 API (`{"error_code": 110,
+/// "error_msg": …}`, or `{"code": 336501, "msg": …}`), iFlytek Spark's HTTP API
+/// (`{"code": 10013, "message": …}`), MiniMax (`base_resp.status_code`) and
+/// TencentCloud API 3.0 (`Response.Error`). Such a body is read for its cause like any
+/// error; with none, it stays `unclassified`, as a 2xx that is no answer always was. A
+/// zero code (or 200, 20000: a success said as a number) and an empty message are a
+/// success's, not an error. Added in round 5; the numeric `code`, `base_resp` and
+/// `Response.Error` forms from the vendors' documented tables.
 fn names_its_error(v: &Value) -> bool {
     let answer = ["choices", "content", "candidates", "output"]
         .iter()
-        .any(|k| v.get(*k).is_some());
-    let code = v.get("error_code").is_some_and(|c| match c {
-        Value::Number(n) => n.as_i64() != Some(0),
-        Value::String(s) => !s.is_empty() && s != "0",
+        .any(|k| v.get(*k).is_some_and(|a| !a.is_null()));
+    let failed = |c: &Value| match c {
+        Value::Number(n) => !matches!(n.as_i64(), Some(0 | 200 | 20000)),
+        Value::String(s) => !s.is_empty() && !matches!(s.as_str(), "0" | "200" | "20000"),
         Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => false,
-    });
-    let message = ["error_msg", "error_message"]
-        .iter()
-        .filter_map(|k| v.get(*k).and_then(Value::as_str))
-        .any(|m| !m.trim().is_empty());
-    !answer && (code || message)
+    };
+    let said = |keys: &[&str]| {
+        keys.iter()
+            .filter_map(|k| v.get(*k).and_then(Value::as_str))
+            .any(|m| !m.trim().is_empty())
+    };
+    let code = v.get("error_code").is_some_and(failed);
+    let message = said(&["error_msg", "error_message"]);
+    // A bare numeric `code` is only an error's when it comes with words of its own.
+    let numbered =
+        v.get("code").is_some_and(|c| c.is_number() && failed(c)) && said(&["message", "msg"]);
+    let base_resp = v
+        .pointer("/base_resp/status_code")
+        .is_some_and(|c| c.is_number() && failed(c));
+    let tencent = v.pointer("/Response/Error").is_some_and(Value::is_object);
+    !answer && (code || message || numbered || base_resp || tencent || own_status(v).is_some())
 }
 
 /// A Responses API object: blocked when a content filter says so or the answer stopped
@@ -894,6 +983,86 @@ mod tests {
         let answered =
             r#"{"choices":[{"message":{"content":"hi"}}],"error_msg":"access token expired"}"#;
         assert_eq!(classify(Api::Openai, 200, &[], answered), Outcome::Success);
+    }
+
+    #[test]
+    fn words_in_a_field_no_table_names_still_count() {
+        // A guardrail's verdict in a field nobody listed, under a 403 the family would
+        // call auth.
+        let body = r#"{"result":{"explanation":"blocked: the prompt contains hate speech"}}"#;
+        assert_eq!(
+            classify(Api::Openai, 403, &[], body).class(),
+            Some(FailureClass::ContentRefusal)
+        );
+        // The request a gateway echoes back is the client's words, not a verdict.
+        let echo = r#"{"error":{"message":"temperature must be at most 2"},"messages":[{"role":"user","content":"is this harmful?"}],"prompt":"unsafe?"}"#;
+        assert_eq!(
+            classify(Api::Openai, 400, &[], echo).class(),
+            Some(FailureClass::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_relayed_status_is_read_by_its_family() {
+        let body = r#"{"code":"upstream_http_error","message":"the upstream failed","upstream_status":503}"#;
+        assert_eq!(
+            classify(Api::Openai, 500, &[], body).class(),
+            Some(FailureClass::Overloaded)
+        );
+        // A relayed 403 is only a family: the quota prose beside it decides.
+        let quota = r#"{"message":"insufficient balance","upstream_status":403}"#;
+        assert_eq!(
+            classify(Api::Openai, 502, &[], quota).class(),
+            Some(FailureClass::RateLimited)
+        );
+    }
+
+    #[test]
+    fn a_404_is_the_model_when_it_names_one_else_the_path() {
+        let model = r#"{"message":"model 'command-r' was removed on September 15, 2025"}"#;
+        assert_eq!(
+            classify(Api::Openai, 404, &[], model).class(),
+            Some(FailureClass::ModelNotFound)
+        );
+        assert_eq!(
+            classify(Api::Openai, 404, &[], "Cannot POST /v1/chat/completion").class(),
+            Some(FailureClass::Malformed)
+        );
+        // A 3xx is no answer, whatever family tag its body restates.
+        let moved = r#"{"error":{"code":302,"message":"Unknown Error.","status":"UNKNOWN"}}"#;
+        assert_eq!(
+            classify(Api::Gemini, 302, &[], moved).class(),
+            Some(FailureClass::Unclassified)
+        );
+    }
+
+    #[test]
+    fn a_2xx_that_is_no_answer_is_read_for_a_refusal_or_its_own_status() {
+        let canned = r#"{"content":"Blocked due to policy violation.","guardrail_info":{"type":"VIOLENCE"}}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], canned).class(),
+            Some(FailureClass::ContentRefusal)
+        );
+        let busy = r#"{"status":429,"message":"Too many requests"}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], busy).class(),
+            Some(FailureClass::RateLimited)
+        );
+        // A success said as a number is a success's field, and stays no answer.
+        let ok = r#"{"code":200,"data":{}}"#;
+        assert_eq!(
+            classify(Api::Openai, 200, &[], ok).class(),
+            Some(FailureClass::Unclassified)
+        );
+    }
+
+    #[test]
+    fn a_failed_responses_stream_is_read_like_its_error() {
+        let body = "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"Our servers are currently overloaded.\"}}}\n\n";
+        assert_eq!(
+            classify(Api::Openai, 200, &[], body).class(),
+            Some(FailureClass::Overloaded)
+        );
     }
 
     #[test]

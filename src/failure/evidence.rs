@@ -82,9 +82,13 @@ pub fn read_value(v: &Value) -> Vec<Hit> {
 fn judge(seen: &[Seen]) -> Vec<Hit> {
     let mut hits = Vec::new();
     for s in seen {
+        let ascii = s.value.is_ascii();
         for d in DIALECTS {
             for rule in d.rules {
-                if rule.field.reads(s.field) && rule.pat.matches(&s.value, &s.words) {
+                if rule.field.reads(s.field)
+                    && (rule.ascii || !ascii)
+                    && rule.pat.matches(&s.value, &s.words)
+                {
                     // A code read by its words shows the code and the word that decided.
                     let value = match (s.field.is_structured(), rule.pat) {
                         (true, Pat::Word(w)) => format!("{} ~ {w}", s.value),
@@ -114,19 +118,82 @@ fn judge(seen: &[Seen]) -> Vec<Hit> {
 
 fn push(seen: &mut Vec<Seen>, field: Field, value: &str, depth: u8) {
     let value = value.trim();
-    if !value.is_empty() {
-        let words = if field.is_structured() {
-            words(value)
-        } else {
-            String::new()
-        };
+    if value.is_empty() {
+        return;
+    }
+    let lower = value.to_lowercase();
+    // The same words read twice add nothing: the generic pass meets again what the
+    // named fields already read.
+    if seen
+        .iter()
+        .any(|s| s.depth == depth && s.field == field && s.value == lower)
+    {
+        return;
+    }
+    if field.is_structured() {
         seen.push(Seen {
             field,
-            value: value.to_lowercase(),
-            words,
+            words: words(value),
+            value: lower,
+            depth,
+        });
+        return;
+    }
+    // Prose also in its spaced form, so a name written as code inside a sentence
+    // ("blocked: prompt: BlockedReasonProhibitedContent", "policy_violation") is read
+    // by the same vocabulary as the words it joins.
+    let spaced = spaced(value);
+    seen.push(Seen {
+        field,
+        value: lower,
+        words: String::new(),
+        depth,
+    });
+    if let Some(spaced) = spaced {
+        seen.push(Seen {
+            field,
+            value: spaced,
+            words: String::new(),
             depth,
         });
     }
+}
+
+/// Prose with its code-like names split into words, lower-cased: `_` becomes a
+/// space, and so does each hump of a name of three or more (`ContentPolicyViolation`,
+/// `BlockedReasonProhibitedContent`). A two-part name is a product's
+/// (`OpenGuardrails`, echoed back by a server that serves it) more often than a code,
+/// and stays whole. None when nothing changes. Hyphens stay: the vocabulary's
+/// exceptions are written with them ("time-sensitive").
+fn spaced(s: &str) -> Option<String> {
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut changed = false;
+    for (i, token) in s.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let humps = token
+            .chars()
+            .zip(token.chars().skip(1))
+            .filter(|(a, b)| a.is_lowercase() && b.is_uppercase())
+            .count();
+        let mut prev_lower = false;
+        for ch in token.chars() {
+            if ch == '_' {
+                out.push(' ');
+                changed = true;
+                prev_lower = false;
+                continue;
+            }
+            if humps >= 2 && ch.is_uppercase() && prev_lower {
+                out.push(' ');
+                changed = true;
+            }
+            prev_lower = ch.is_lowercase();
+            out.extend(ch.to_lowercase());
+        }
+    }
+    changed.then_some(out)
 }
 
 /// Message text: prose, and possibly a relayed error inside it.
@@ -256,17 +323,39 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
     };
     let Value::Object(top) = v else { return };
     let mut objects = vec![top];
-    if let Some(Value::Object(e)) = top.get("error") {
+    // `Error` as well as `error`: a few gateways capitalise the envelope.
+    if let Some(Value::Object(e)) = get_ci(top, "error") {
         objects.push(e);
     }
-    for obj in objects {
+    // TencentCloud API 3.0 (Hunyuan's native API) answers every call with HTTP 200 and
+    // puts a failure in `Response.Error: {Code, Message}`.
+    if let Some(Value::Object(e)) = top.get("Response").and_then(|r| r.get("Error")) {
+        objects.push(e);
+    }
+    for obj in &objects {
+        relayed_status(obj, depth, seen);
+    }
+    for obj in objects.iter().copied() {
+        // `Code` and `Message` are the TencentCloud spelling; `error_type` is Hugging
+        // Face TGI's (`{"error": "...", "error_type": "generation"}`).
         for (key, field) in [
             ("code", Field::Code),
+            ("Code", Field::Code),
             ("type", Field::Type),
+            ("error_type", Field::Type),
             ("status", Field::Status),
         ] {
             if let Some(Value::String(s)) = obj.get(key) {
                 push(seen, field, s, depth);
+            }
+        }
+        // NAVER CLOVA Studio: `{"status": {"code": "40003", "message": "…"}}`.
+        if let Some(Value::Object(st)) = obj.get("status") {
+            if let Some(Value::String(c)) = st.get("code") {
+                push(seen, Field::Code, c, depth);
+            }
+            if let Some(Value::String(m)) = st.get("message") {
+                text(m, depth, seen);
             }
         }
         // Cloudflare's problem+json error pages name the fault in `error_name`; their
@@ -373,8 +462,9 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             "error_msg",
             "msg",
             "$error",
+            "Message",
         ] {
-            match obj.get(key) {
+            match get_ci(obj, key) {
                 Some(Value::String(s)) => text(s, depth, seen),
                 // FastAPI-style `detail` objects, and an `error` inside `error`: a relay
                 // that nests the vendor's envelope one level more.
@@ -402,6 +492,144 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             }
         }
     }
+    // Then every other field, whatever its name: a guardrail's `reason` or
+    // `description`, Elasticsearch's `root_cause[].reason`, a `message_zh` beside the
+    // English one, a 4xx shaped like an answer whose content is the gateway's verdict.
+    // The named fields above say where each vendor puts its words; this reads what no
+    // table names, so a field nobody listed still counts.
+    let mut budget = REST_BUDGET;
+    for (key, value) in top {
+        if !NAMED.iter().any(|k| key.eq_ignore_ascii_case(k)) {
+            rest(key, value, depth, 0, &mut budget, seen);
+        }
+    }
+    if let Some(Value::Object(e)) = get_ci(top, "error") {
+        for (key, value) in e {
+            if !NAMED.iter().any(|k| key.eq_ignore_ascii_case(k)) {
+                rest(key, value, depth, 0, &mut budget, seen);
+            }
+        }
+    }
+}
+
+/// The fields `walk` reads by name (or opens as a relay envelope, one level down).
+const NAMED: [&str; 17] = [
+    "code",
+    "type",
+    "status",
+    "__type",
+    "message",
+    "error",
+    "detail",
+    "error_message",
+    "error_msg",
+    "msg",
+    "$error",
+    "errors",
+    "details",
+    "metadata",
+    "innererror",
+    "inner_error",
+    "base_resp",
+];
+
+/// Fields whose strings are names or echoes, not verdicts: ids, model names, the
+/// request the client sent (a prompt that talks about safety is no refusal).
+const NOT_PROSE: [&str; 14] = [
+    "id",
+    "model",
+    "object",
+    "param",
+    "url",
+    "path",
+    "messages",
+    "prompt",
+    "input",
+    "contents",
+    "system",
+    "tools",
+    "request",
+    "created",
+];
+
+/// How many values the generic pass reads at most: error bodies are small, and a
+/// hostile one must not make every answer cost a megabyte's walk.
+const REST_BUDGET: usize = 256;
+
+/// Nesting the generic pass follows at most.
+const REST_DEPTH: u8 = 6;
+
+fn rest(key: &str, v: &Value, depth: u8, nest: u8, budget: &mut usize, seen: &mut Vec<Seen>) {
+    if *budget == 0 || nest > REST_DEPTH {
+        return;
+    }
+    *budget -= 1;
+    let lower = key.to_ascii_lowercase();
+    // `request_id`, `requestId`: names, not words.
+    if NOT_PROSE.contains(&lower.as_str()) || lower.ends_with("_id") || key.ends_with("Id") {
+        return;
+    }
+    match v {
+        Value::String(s) if s.len() <= MAX_EMBEDDED => {
+            if s.trim().contains(char::is_whitespace) {
+                text(s, depth, seen);
+            } else if code_like(&lower) {
+                push(seen, Field::Nested, s, depth);
+            }
+        }
+        Value::Object(m) => {
+            for (k, inner) in m {
+                rest(k, inner, depth, nest + 1, budget, seen);
+            }
+        }
+        Value::Array(items) => {
+            for inner in items {
+                rest(key, inner, depth, nest + 1, budget, seen);
+            }
+        }
+        Value::String(_) | Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// A field whose name says its value is a code: `category`, `detector_type`,
+/// `error_type`, `reason`, `kind`, `finish_reason`.
+fn code_like(key: &str) -> bool {
+    ["code", "type", "category", "reason", "kind", "status"]
+        .iter()
+        .any(|s| key.ends_with(s))
+}
+
+/// A status the envelope says it relayed: `upstream_status: 503` beside a relay's own
+/// 500, or the numeric `code` / `status` of an error quoted one envelope down. The
+/// answer's own status says the same of the outermost envelope, so there it is not
+/// read again.
+fn relayed_status(obj: &serde_json::Map<String, Value>, depth: u8, seen: &mut Vec<Seen>) {
+    for (key, v) in obj {
+        let k = key.to_ascii_lowercase();
+        let upstream = k.contains("upstream") || k.contains("provider") || k.contains("original");
+        let own = depth > 0 && matches!(k.as_str(), "code" | "status" | "status_code" | "statuscode");
+        if !(k.contains("status") || k.contains("code")) || !(upstream || own) {
+            continue;
+        }
+        let n = match v {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => s.trim().parse::<u64>().ok(),
+            Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => None,
+        };
+        if let Some(n) = n.filter(|n| (400..600).contains(n)) {
+            let at = if upstream { depth.saturating_add(1) } else { depth };
+            push(seen, Field::Upstream, &n.to_string(), at);
+        }
+    }
+}
+
+/// A field by name, exactly or else in any case.
+fn get_ci<'a>(obj: &'a serde_json::Map<String, Value>, key: &str) -> Option<&'a Value> {
+    obj.get(key).or_else(|| {
+        obj.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+    })
 }
 
 /// Whether an Azure content-filter result marks any category as filtered.
