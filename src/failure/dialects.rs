@@ -1620,7 +1620,10 @@ const MEANING: &[Rule] = &[
     // malformed prompt, not a credential.
     s(
         F::Message,
-        P::Term("invalid token", &["invalid token in prompt", "invalid token id"]),
+        P::Term(
+            "invalid token",
+            &["invalid token in prompt", "invalid token id"],
+        ),
         C::Auth,
         DOC_ONEAPI,
     ),
@@ -2336,7 +2339,10 @@ const DOC_PRISMA: &str = "https://docs.paloaltonetworks.com/ai-runtime-security 
 const GUARDRAILS: &[Rule] = &[
     s(
         F::Message,
-        P::Term("was filtered", &["filtered by your", "filtered by provider"]),
+        P::Term(
+            "was filtered",
+            &["filtered by your", "filtered by provider"],
+        ),
         C::ContentRefusal,
         DOC_LAKERA,
     ),
@@ -2352,17 +2358,42 @@ const GUARDRAILS: &[Rule] = &[
         C::ContentRefusal,
         DOC_LAKERA,
     ),
-    s(F::Message, P::Term("jailbreak", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("pii", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("toxic", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("hate speech", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(
+        F::Message,
+        P::Term("jailbreak", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("pii", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("toxic", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("hate speech", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
     s(
         F::Message,
         P::Term("forbidden content", &[]),
         C::ContentRefusal,
         DOC_KONG_GUARD,
     ),
-    s(F::Message, P::Term("deny prompt", &[]), C::ContentRefusal, DOC_KONG_GUARD),
+    s(
+        F::Message,
+        P::Term("deny prompt", &[]),
+        C::ContentRefusal,
+        DOC_KONG_GUARD,
+    ),
     s(
         F::Message,
         P::Term("content safety", &[]),
@@ -2377,11 +2408,36 @@ const GUARDRAILS: &[Rule] = &[
         DOC_PRISMA,
     ),
     s(F::AnyCode, P::Word("pii"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("jailbreak"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("prompt_injection"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("prompt_attack"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("moderated"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("toxicity"), C::ContentRefusal, DOC_LAKERA),
+    s(
+        F::AnyCode,
+        P::Word("jailbreak"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("prompt_injection"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("prompt_attack"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("moderated"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("toxicity"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
     // OpenAI's cybersecurity check (`cyber_policy`) is a usage-policy refusal.
     s(F::AnyCode, P::Word("cyber"), C::ContentRefusal, DOC_OPENAI),
 ];
@@ -2413,8 +2469,18 @@ const MEANING_MORE: &[Rule] = &[
         C::ContextLength,
         DOC_PERPLEXITY,
     ),
-    s(F::AnyCode, P::Word("prompt_tokens"), C::ContextLength, DOC_PERPLEXITY),
-    s(F::AnyCode, P::Word("context_exceed"), C::ContextLength, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("prompt_tokens"),
+        C::ContextLength,
+        DOC_PERPLEXITY,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("context_exceed"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
     s(
         F::Message,
         P::Has("превышает контекст"),
@@ -2476,13 +2542,33 @@ const MEANING_MORE: &[Rule] = &[
     // named by --explain) rather than overruled by the bare status: a `system_error`
     // is the provider's, a `…_request_error` the request's, a subscription `tier`
     // the account's, a gateway's `…provider_blocked` its own configuration.
-    fam(F::AnyCode, P::Word("system_error"), C::ServerError, DOC_OPENAI),
-    fam(F::AnyCode, P::Word("request_error"), C::Malformed, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("system_error"),
+        C::ServerError,
+        DOC_OPENAI,
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("request_error"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
     fam(F::AnyCode, P::Word("tier"), C::Auth, DOC_MISTRAL),
-    fam(F::AnyCode, P::Word("provider_blocked"), C::Malformed, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("provider_blocked"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
     // "Request failed during generation: Server error: …" (TGI's stream error event):
     // the provider's fault, said in prose. A family word: any cause outranks it.
-    fam(F::Message, P::Term("server error", &[]), C::ServerError, DOC_VLLM),
+    fam(
+        F::Message,
+        P::Term("server error", &[]),
+        C::ServerError,
+        DOC_VLLM,
+    ),
 ];
 
 /// A status an envelope says it relayed: the vendor's own verdict one envelope down,
