@@ -163,3 +163,30 @@ fn a_hostile_body_costs_bounded_work() {
         );
     }
 }
+
+#[test]
+fn a_bearer_named_in_an_outage_or_a_rate_limit_does_not_freeze_it_into_auth() {
+    for (status, msg, want) in [
+        (
+            503,
+            "upstream connect error: Authorization: Bearer sk-*** service unavailable",
+            FailureClass::Overloaded,
+        ),
+        (
+            429,
+            "Rate limit exceeded for Bearer key sk-abc",
+            FailureClass::RateLimited,
+        ),
+        (
+            500,
+            "Request to https://api.x.ai with the Bearer token forwarded; connection reset",
+            FailureClass::ServerError,
+        ),
+        // A Bearer credential said missing or wrong is still the key, whatever the status.
+        (500, "Missing Bearer token", FailureClass::Auth),
+        (502, "Bearer token is invalid or expired", FailureClass::Auth),
+    ] {
+        let body = json!({"error": {"message": msg}});
+        assert_eq!(class(status, &body), Some(want), "{status} {msg}");
+    }
+}
