@@ -708,32 +708,83 @@ fn the_sixth_round_tuning_misses_come_out_right() {
     let named = [
         // Guardrail products' verdicts under 403 and 400: never auth, never malformed.
         ("lakera-guard-403-prompt-attack-via-kong", "content_refusal"),
-        ("lakera-guard-403-pii-credit-card-via-kong", "content_refusal"),
-        ("prisma-airs-kong-403-blocked-by-security-policy", "content_refusal"),
-        ("azure-content-safety-400-reason-hidden-via-kong", "content_refusal"),
-        ("apisix-400-aws-comprehend-toxicity-threshold-plain-text-docs", "content_refusal"),
-        ("openai-codex-200-stream-error-cyber-policy", "content_refusal"),
+        (
+            "lakera-guard-403-pii-credit-card-via-kong",
+            "content_refusal",
+        ),
+        (
+            "prisma-airs-kong-403-blocked-by-security-policy",
+            "content_refusal",
+        ),
+        (
+            "azure-content-safety-400-reason-hidden-via-kong",
+            "content_refusal",
+        ),
+        (
+            "apisix-400-aws-comprehend-toxicity-threshold-plain-text-docs",
+            "content_refusal",
+        ),
+        (
+            "openai-codex-200-stream-error-cyber-policy",
+            "content_refusal",
+        ),
         // Words in fields no vendor table names: `reason`, `description`, a 4xx shaped
         // like an answer, a relay's string quoting a camel-cased block reason.
-        ("opensearch-ml-400-guardrails-triggered-user-input", "content_refusal"),
-        ("wso2-ai-gateway-446-guardrail-violation-detected", "content_refusal"),
-        ("apisix-400-aliyun-moderation-chat-completion-shaped-refusal-docs", "content_refusal"),
-        ("relay-429-wrapping-one-api-gemini-blocked-prohibited-content", "content_refusal"),
+        (
+            "opensearch-ml-400-guardrails-triggered-user-input",
+            "content_refusal",
+        ),
+        (
+            "wso2-ai-gateway-446-guardrail-violation-detected",
+            "content_refusal",
+        ),
+        (
+            "apisix-400-aliyun-moderation-chat-completion-shaped-refusal-docs",
+            "content_refusal",
+        ),
+        (
+            "relay-429-wrapping-one-api-gemini-blocked-prohibited-content",
+            "content_refusal",
+        ),
         // A 2xx that is no answer: its own status, or a guardrail's canned text.
         ("gigachat-200-status-429-too-many-requests", "rate_limited"),
-        ("infor-genai-200-bedrock-guardrail-blocked-content", "content_refusal"),
+        (
+            "infor-genai-200-bedrock-guardrail-blocked-content",
+            "content_refusal",
+        ),
         // A relayed status, and a failed Responses stream.
-        ("zed-cloud-500-upstream-http-error-anthropic-503-envoy-reset", "overloaded"),
-        ("sub2api-200-sse-response-failed-server-error-overloaded", "overloaded"),
+        (
+            "zed-cloud-500-upstream-http-error-anthropic-503-envoy-reset",
+            "overloaded",
+        ),
+        (
+            "sub2api-200-sse-response-failed-server-error-overloaded",
+            "overloaded",
+        ),
         ("tgi-200-stream-generation-error-event", "server_error"),
         // A 404 that names the model is the model.
         ("cohere-404-model-command-r-removed", "model_not_found"),
         // Context, model and account prose in other words, Russian included.
-        ("github-copilot-400-prompt-token-count-empty-code-fields", "context_length"),
-        ("paragonapi-400-ru-context-exceed-capital-error-key", "context_length"),
-        ("snowflake-cortex-400-model-unavailable-in-region", "model_not_found"),
-        ("gemini-400-free-tier-not-available-in-country-nextchat", "auth"),
-        ("nvidia-nim-500-axum-missing-authorization-extension-plain", "auth"),
+        (
+            "github-copilot-400-prompt-token-count-empty-code-fields",
+            "context_length",
+        ),
+        (
+            "paragonapi-400-ru-context-exceed-capital-error-key",
+            "context_length",
+        ),
+        (
+            "snowflake-cortex-400-model-unavailable-in-region",
+            "model_not_found",
+        ),
+        (
+            "gemini-400-free-tier-not-available-in-country-nextchat",
+            "auth",
+        ),
+        (
+            "nvidia-nim-500-axum-missing-authorization-extension-plain",
+            "auth",
+        ),
         // A token id outside the vocabulary is no credential.
         ("openai-400-invalid-token-in-prompt-range", "malformed"),
     ];

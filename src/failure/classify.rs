@@ -309,7 +309,7 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             None => (c, status_signal()),
         },
         Meaning::NotFound => {
-            let names_model = raw.to_lowercase().contains("model");
+            let names_model = names_a_model(raw);
             match best(hits, refines) {
                 Some(h) => (h.class, Signal::of(h)),
                 None if names_model => (
@@ -339,6 +339,20 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
             }
         }
     }
+}
+
+/// Whether a 404's text names a model: the word `model` (or `models`, `model's`,
+/// `model:`, `models/gemini-pro`) in its words, not inside a URL path or markup. "Unknown request URL: POST
+/// /v1/models/chat" and an HTML page linking to `/models` are a path that does not
+/// exist (malformed), not a model the account lacks.
+fn names_a_model(raw: &str) -> bool {
+    raw.split(|c: char| c.is_whitespace() || c == '"' || c == ',')
+        .filter(|t| !(t.starts_with('/') || t.contains("://") || t.contains(['<', '>', '='])))
+        .any(|t| {
+            t.trim_start_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+                .starts_with("model")
+        })
 }
 
 /// The classes of a provider's fault that a status of the provider family may carry.
@@ -405,16 +419,22 @@ fn classify_error(
 /// `code` (GigaChat answers `{"status": 429, "message": "Too many requests"}` under a
 /// 200). Only a number of the error families counts.
 fn own_status(v: &Value) -> Option<u16> {
-    ["/error/code", "/status", "/statusCode", "/status_code", "/code"]
-        .iter()
-        .filter_map(|p| v.pointer(p))
-        .find_map(|c| match c {
-            Value::Number(n) => n.as_u64(),
-            Value::String(s) => s.trim().parse::<u64>().ok(),
-            Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => None,
-        })
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| (400..600).contains(c))
+    [
+        "/error/code",
+        "/status",
+        "/statusCode",
+        "/status_code",
+        "/code",
+    ]
+    .iter()
+    .filter_map(|p| v.pointer(p))
+    .find_map(|c| match c {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse::<u64>().ok(),
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => None,
+    })
+    .and_then(|c| u16::try_from(c).ok())
+    .filter(|c| (400..600).contains(c))
 }
 
 /// An error object that is not a whole answer: a stream's error event, or an error
@@ -494,7 +514,9 @@ fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal
     // The Responses API ends a failed stream with `response.failed`, its error inside
     // the response object: read like the same error sent as an answer.
     if (name == Some("response.failed") || ty == Some("response.failed"))
-        && let Some(r) = v.get("response").filter(|r| r.get("error").is_some_and(|e| !e.is_null()))
+        && let Some(r) = v
+            .get("response")
+            .filter(|r| r.get("error").is_some_and(|e| !e.is_null()))
     {
         let e = classify_error_value(r);
         let signal = match e.outcome {
@@ -772,7 +794,10 @@ fn no_answer(v: &Value, reason: &'static str, what: &'static str) -> Explained {
         Some(h) => Explained::new(
             Outcome::fail(
                 FailureClass::ContentRefusal,
-                format!("a 2xx that is no answer, classed content_refusal by {}", Signal::of(h)),
+                format!(
+                    "a 2xx that is no answer, classed content_refusal by {}",
+                    Signal::of(h)
+                ),
             ),
             Signal::of(h),
         ),
@@ -784,10 +809,22 @@ fn success(what: &'static str) -> Explained {
     Explained::new(Outcome::Success, Signal::new("answer", what))
 }
 
+/// Whether a value says anything: `null`, `false`, `0`, `""` and containers of only
+/// such values say nothing. A gateway that adds `"error": {}` or `"error": false` to
+/// every answer has reported no error, and its answer is still a success.
+fn says_something(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.trim().is_empty(),
+        Value::Array(items) => items.iter().any(says_something),
+        Value::Object(m) => m.values().any(says_something),
+    }
+}
+
 fn classify_success_json(api: Api, v: &Value) -> Explained {
-    if v.get("error").is_some_and(|e| !e.is_null() && e != "")
-        || is_aws_exception_event(v)
-        || names_its_error(v)
+    if v.get("error").is_some_and(says_something) || is_aws_exception_event(v) || names_its_error(v)
     {
         return classify_error_value(v);
     }

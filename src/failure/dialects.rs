@@ -1620,7 +1620,10 @@ const MEANING: &[Rule] = &[
     // malformed prompt, not a credential.
     s(
         F::Message,
-        P::Term("invalid token", &["invalid token in prompt", "invalid token id"]),
+        P::Term(
+            "invalid token",
+            &["invalid token in prompt", "invalid token id"],
+        ),
         C::Auth,
         DOC_ONEAPI,
     ),
@@ -2336,7 +2339,10 @@ const DOC_PRISMA: &str = "https://docs.paloaltonetworks.com/ai-runtime-security 
 const GUARDRAILS: &[Rule] = &[
     s(
         F::Message,
-        P::Term("was filtered", &["filtered by your", "filtered by provider"]),
+        P::Term(
+            "was filtered",
+            &["filtered by your", "filtered by provider"],
+        ),
         C::ContentRefusal,
         DOC_LAKERA,
     ),
@@ -2352,17 +2358,42 @@ const GUARDRAILS: &[Rule] = &[
         C::ContentRefusal,
         DOC_LAKERA,
     ),
-    s(F::Message, P::Term("jailbreak", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("pii", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("toxic", &[]), C::ContentRefusal, DOC_LAKERA),
-    s(F::Message, P::Term("hate speech", &[]), C::ContentRefusal, DOC_LAKERA),
+    s(
+        F::Message,
+        P::Term("jailbreak", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("pii", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("toxic", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::Message,
+        P::Term("hate speech", &[]),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
     s(
         F::Message,
         P::Term("forbidden content", &[]),
         C::ContentRefusal,
         DOC_KONG_GUARD,
     ),
-    s(F::Message, P::Term("deny prompt", &[]), C::ContentRefusal, DOC_KONG_GUARD),
+    s(
+        F::Message,
+        P::Term("deny prompt", &[]),
+        C::ContentRefusal,
+        DOC_KONG_GUARD,
+    ),
     s(
         F::Message,
         P::Term("content safety", &[]),
@@ -2377,11 +2408,36 @@ const GUARDRAILS: &[Rule] = &[
         DOC_PRISMA,
     ),
     s(F::AnyCode, P::Word("pii"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("jailbreak"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("prompt_injection"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("prompt_attack"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("moderated"), C::ContentRefusal, DOC_LAKERA),
-    s(F::AnyCode, P::Word("toxicity"), C::ContentRefusal, DOC_LAKERA),
+    s(
+        F::AnyCode,
+        P::Word("jailbreak"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("prompt_injection"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("prompt_attack"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("moderated"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("toxicity"),
+        C::ContentRefusal,
+        DOC_LAKERA,
+    ),
     // OpenAI's cybersecurity check (`cyber_policy`) is a usage-policy refusal.
     s(F::AnyCode, P::Word("cyber"), C::ContentRefusal, DOC_OPENAI),
 ];
@@ -2413,8 +2469,18 @@ const MEANING_MORE: &[Rule] = &[
         C::ContextLength,
         DOC_PERPLEXITY,
     ),
-    s(F::AnyCode, P::Word("prompt_tokens"), C::ContextLength, DOC_PERPLEXITY),
-    s(F::AnyCode, P::Word("context_exceed"), C::ContextLength, DOC_OPENAI),
+    s(
+        F::AnyCode,
+        P::Word("prompt_tokens"),
+        C::ContextLength,
+        DOC_PERPLEXITY,
+    ),
+    s(
+        F::AnyCode,
+        P::Word("context_exceed"),
+        C::ContextLength,
+        DOC_OPENAI,
+    ),
     s(
         F::Message,
         P::Has("превышает контекст"),
@@ -2471,18 +2537,48 @@ const MEANING_MORE: &[Rule] = &[
         C::Auth,
         DOC_GOOGLE,
     ),
-    s(F::Message, P::Term("bearer", &[]), C::Auth, DOC_OPENAI),
+    // "Bearer" only names the credential's scheme: a relay's 503 that prints the
+    // Authorization header it forwarded, or a 429 "for Bearer key sk-…", says nothing
+    // failed about it, and must still fail over. It decides when the text says the
+    // credential is missing or wrong (NVIDIA NIM's 500 "…Authorization<…Bearer>` was
+    // not found", Dify's "must be provided and start with 'Bearer'").
+    s(F::Message, P::Both("bearer", "not found"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Both("bearer", "missing"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Both("bearer", "must"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Both("bearer", "required"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Both("bearer", "invalid"), C::Auth, DOC_OPENAI),
+    s(F::Message, P::Both("bearer", "expired"), C::Auth, DOC_OPENAI),
     // Family tags by their words, so a code no vendor table lists is still read (and
     // named by --explain) rather than overruled by the bare status: a `system_error`
     // is the provider's, a `…_request_error` the request's, a subscription `tier`
     // the account's, a gateway's `…provider_blocked` its own configuration.
-    fam(F::AnyCode, P::Word("system_error"), C::ServerError, DOC_OPENAI),
-    fam(F::AnyCode, P::Word("request_error"), C::Malformed, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("system_error"),
+        C::ServerError,
+        DOC_OPENAI,
+    ),
+    fam(
+        F::AnyCode,
+        P::Word("request_error"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
     fam(F::AnyCode, P::Word("tier"), C::Auth, DOC_MISTRAL),
-    fam(F::AnyCode, P::Word("provider_blocked"), C::Malformed, DOC_OPENAI),
+    fam(
+        F::AnyCode,
+        P::Word("provider_blocked"),
+        C::Malformed,
+        DOC_OPENAI,
+    ),
     // "Request failed during generation: Server error: …" (TGI's stream error event):
     // the provider's fault, said in prose. A family word: any cause outranks it.
-    fam(F::Message, P::Term("server error", &[]), C::ServerError, DOC_VLLM),
+    fam(
+        F::Message,
+        P::Term("server error", &[]),
+        C::ServerError,
+        DOC_VLLM,
+    ),
 ];
 
 /// A status an envelope says it relayed: the vendor's own verdict one envelope down,

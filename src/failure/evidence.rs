@@ -17,6 +17,18 @@ pub const MAX_DEPTH: u8 = 4;
 /// a megabyte of HTML need not be parsed three times.
 const MAX_EMBEDDED: usize = 64 * 1024;
 
+/// How many values are judged at most, and how many bytes of them: every value costs
+/// a pass of every dialect row, so a hostile body of 100,000 `errors[]` or exception
+/// keys must not cost seconds (it did: 10–27 s in release). Real error bodies carry a
+/// few dozen values and a few kilobytes of prose; what is past the budget is not read.
+const MAX_VALUES: usize = 512;
+const MAX_BYTES: usize = 64 * 1024;
+
+/// How many items of one list (`errors[]`, `details[]`, `metadata.reasons`, FastAPI's
+/// `detail[]`, exception keys) are read: enough for any real body, and a padded list
+/// cannot spend the whole budget before the message beside it is read.
+const MAX_ITEMS: usize = 32;
+
 /// One signal found: a dialect row matched a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
@@ -116,8 +128,31 @@ fn judge(seen: &[Seen]) -> Vec<Hit> {
     hits
 }
 
+/// Whether the budget (`MAX_VALUES`, `MAX_BYTES`) is spent.
+fn full(seen: &[Seen]) -> bool {
+    seen.len() >= MAX_VALUES || spent(seen) >= MAX_BYTES
+}
+
+fn spent(seen: &[Seen]) -> usize {
+    seen.iter().map(|s| s.value.len()).sum()
+}
+
+/// The longest prefix of `s` of at most `n` bytes that ends on a character boundary.
+fn prefix(s: &str, n: usize) -> &str {
+    let mut end = n.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 fn push(seen: &mut Vec<Seen>, field: Field, value: &str, depth: u8) {
-    let value = value.trim();
+    if seen.len() >= MAX_VALUES {
+        return;
+    }
+    let left = MAX_BYTES.saturating_sub(spent(seen));
+    // Prose is read in its spaced form too, so it costs twice its length.
+    let value = prefix(value.trim(), left / 2);
     if value.is_empty() {
         return;
     }
@@ -198,6 +233,9 @@ fn spaced(s: &str) -> Option<String> {
 
 /// Message text: prose, and possibly a relayed error inside it.
 fn text(s: &str, depth: u8, seen: &mut Vec<Seen>) {
+    if full(seen) {
+        return;
+    }
     push(seen, Field::Message, s, depth);
     if depth < MAX_DEPTH
         && s.len() <= MAX_EMBEDDED
@@ -372,7 +410,11 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             let name = s.rsplit('#').next().unwrap_or(s);
             push(seen, Field::AwsType, name, depth);
         }
-        for (key, inner) in obj {
+        for (key, inner) in obj
+            .iter()
+            .filter(|(k, _)| k.to_ascii_lowercase().ends_with("exception"))
+            .take(MAX_ITEMS)
+        {
             // A Bedrock stream's exception event: {"throttlingException": {"message": …}}
             if key.to_ascii_lowercase().ends_with("exception")
                 && let Value::Object(e) = inner
@@ -401,7 +443,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             }
         }
         if let Some(Value::Array(details)) = obj.get("details") {
-            for d in details {
+            for d in details.iter().take(MAX_ITEMS) {
                 if let Some(Value::String(r)) = d.get("reason") {
                     push(seen, Field::Reason, r, depth);
                 }
@@ -409,7 +451,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
         }
         if let Some(Value::Object(meta)) = obj.get("metadata") {
             if let Some(Value::Array(reasons)) = meta.get("reasons") {
-                for r in reasons {
+                for r in reasons.iter().take(MAX_ITEMS) {
                     if let Value::String(r) = r {
                         push(seen, Field::MetadataReason, r, depth);
                     }
@@ -475,7 +517,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
                 }
                 // FastAPI's validation `detail: [{loc, msg, type}]`.
                 Some(Value::Array(items)) if key == "detail" => {
-                    for item in items.iter().take(4) {
+                    for item in items.iter().take(MAX_ITEMS) {
                         if let Some(Value::String(m)) = item.get("msg") {
                             text(m, depth, seen);
                         }
@@ -485,7 +527,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
             }
         }
         if let Some(Value::Array(errs)) = obj.get("errors") {
-            for e in errs {
+            for e in errs.iter().take(MAX_ITEMS) {
                 if let Some(Value::String(s)) = e.get("message") {
                     text(s, depth, seen);
                 }
@@ -536,20 +578,8 @@ const NAMED: [&str; 17] = [
 /// Fields whose strings are names or echoes, not verdicts: ids, model names, the
 /// request the client sent (a prompt that talks about safety is no refusal).
 const NOT_PROSE: [&str; 14] = [
-    "id",
-    "model",
-    "object",
-    "param",
-    "url",
-    "path",
-    "messages",
-    "prompt",
-    "input",
-    "contents",
-    "system",
-    "tools",
-    "request",
-    "created",
+    "id", "model", "object", "param", "url", "path", "messages", "prompt", "input", "contents",
+    "system", "tools", "request", "created",
 ];
 
 /// How many values the generic pass reads at most: error bodies are small, and a
@@ -566,7 +596,11 @@ fn rest(key: &str, v: &Value, depth: u8, nest: u8, budget: &mut usize, seen: &mu
     *budget -= 1;
     let lower = key.to_ascii_lowercase();
     // `request_id`, `requestId`: names, not words.
-    if NOT_PROSE.contains(&lower.as_str()) || lower.ends_with("_id") || key.ends_with("Id") {
+    if NOT_PROSE.contains(&lower.as_str())
+        || lower.ends_with("_id")
+        || key.ends_with("Id")
+        || echoes_request(&lower)
+    {
         return;
     }
     match v {
@@ -591,6 +625,17 @@ fn rest(key: &str, v: &Value, depth: u8, nest: u8, budget: &mut usize, seen: &mu
     }
 }
 
+/// A field whose name says it holds what the client sent (`query`, `input_text`,
+/// `user_prompt`, `request_body`, `context`, a raw `body`): the client's words echoed
+/// back, not the vendor's verdict. A 5xx that echoes a prompt about "harmful
+/// chemicals" is still an outage, and must still fail over.
+fn echoes_request(key: &str) -> bool {
+    ["prompt", "input", "query", "request", "messages"]
+        .iter()
+        .any(|w| key.contains(w))
+        || matches!(key, "context" | "body" | "question")
+}
+
 /// A field whose name says its value is a code: `category`, `detector_type`,
 /// `error_type`, `reason`, `kind`, `finish_reason`.
 fn code_like(key: &str) -> bool {
@@ -607,7 +652,8 @@ fn relayed_status(obj: &serde_json::Map<String, Value>, depth: u8, seen: &mut Ve
     for (key, v) in obj {
         let k = key.to_ascii_lowercase();
         let upstream = k.contains("upstream") || k.contains("provider") || k.contains("original");
-        let own = depth > 0 && matches!(k.as_str(), "code" | "status" | "status_code" | "statuscode");
+        let own =
+            depth > 0 && matches!(k.as_str(), "code" | "status" | "status_code" | "statuscode");
         if !(k.contains("status") || k.contains("code")) || !(upstream || own) {
             continue;
         }
@@ -617,7 +663,11 @@ fn relayed_status(obj: &serde_json::Map<String, Value>, depth: u8, seen: &mut Ve
             Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => None,
         };
         if let Some(n) = n.filter(|n| (400..600).contains(n)) {
-            let at = if upstream { depth.saturating_add(1) } else { depth };
+            let at = if upstream {
+                depth.saturating_add(1)
+            } else {
+                depth
+            };
             push(seen, Field::Upstream, &n.to_string(), at);
         }
     }

@@ -1,0 +1,192 @@
+//! Adversarial answers against the classifier (issue 21's review): benign words that
+//! must not freeze an outage, echoes of the client's prompt, successes that must stay
+//! successes, 404s on a path, and hostile bodies that must not cost seconds.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly on purpose
+
+use std::time::{Duration, Instant};
+
+use purser::failure::{FailureClass, Outcome, classify, explain};
+use purser::policy::plan::Api;
+use serde_json::json;
+
+fn class(status: u16, body: &serde_json::Value) -> Option<FailureClass> {
+    classify(Api::Openai, status, &[], &body.to_string()).class()
+}
+
+#[test]
+fn a_prompt_echoed_back_in_an_outage_is_no_refusal() {
+    // Gateways that echo the request put the user's words under keys naming the input;
+    // a prompt that mentions "harmful" or "jailbreak" does not make a 5xx a refusal.
+    for (status, body, want) in [
+        (
+            500,
+            json!({"error": {"message": "internal error"}, "query": "how do I avoid harmful chemicals at home?"}),
+            FailureClass::ServerError,
+        ),
+        (
+            502,
+            json!({"error": {"message": "Bad gateway"}, "context": "this is sensitive medical data"}),
+            FailureClass::ServerError,
+        ),
+        (
+            500,
+            json!({"error": {"message": "internal server error", "input_text": "explain the jailbreak of an iPhone"}}),
+            FailureClass::ServerError,
+        ),
+        (
+            503,
+            json!({"error": {"message": "Service unavailable", "user_prompt": "is this toxic?"}}),
+            FailureClass::Overloaded,
+        ),
+        (
+            500,
+            json!({"error": {"message": "internal server error", "body": "{\"messages\":[{\"role\":\"user\",\"content\":\"is this toxic?\"}]}"}}),
+            FailureClass::ServerError,
+        ),
+    ] {
+        assert_eq!(class(status, &body), Some(want), "{body}");
+    }
+    // The verdict fields the generic pass was built for still count.
+    let verdict = json!({"error": {"message": "blocked"}, "description": "Violation of the hate guardrail detected."});
+    assert_eq!(class(500, &verdict), Some(FailureClass::ContentRefusal));
+}
+
+#[test]
+fn a_success_with_an_empty_error_field_is_a_success() {
+    for error in [
+        json!({}),
+        json!(false),
+        json!(0),
+        json!({"code": 0, "message": ""}),
+    ] {
+        let body = json!({"choices": [{"message": {"content": "hi"}}], "error": error});
+        assert_eq!(
+            classify(Api::Openai, 200, &[], &body.to_string()),
+            Outcome::Success,
+            "{body}"
+        );
+    }
+    // An error that says something is still read.
+    let body = json!({"error": {"message": "Rate limit exceeded", "code": 429}});
+    assert_eq!(class(200, &body), Some(FailureClass::RateLimited));
+}
+
+#[test]
+fn a_404_on_a_path_is_malformed_even_when_the_path_says_models() {
+    for body in [
+        r#"{"error":{"message":"Unknown request URL: POST /v1/models/chat. Please check the URL"}}"#,
+        "Cannot POST /api/v1/model/generate",
+    ] {
+        assert_eq!(
+            classify(Api::Openai, 404, &[], body).class(),
+            Some(FailureClass::Malformed),
+            "{body}"
+        );
+    }
+    // A 404 naming a model by its resource name is still the model.
+    let named = r#"{"error":{"message":"models/gemini-9 is gone for API version v1beta"}}"#;
+    assert_eq!(
+        classify(Api::Openai, 404, &[], named).class(),
+        Some(FailureClass::ModelNotFound)
+    );
+}
+
+#[test]
+fn a_refusal_later_in_a_list_is_still_read() {
+    let body = json!({"detail": [{"msg": "a"}, {"msg": "b"}, {"msg": "c"}, {"msg": "d"}, {"msg": "input was flagged as harmful"}]});
+    assert_eq!(class(500, &body), Some(FailureClass::ContentRefusal));
+}
+
+/// Release builds run these in well under a millisecond; the bound leaves room for a
+/// debug build on a loaded machine, and still fails the quadratic reading it replaced
+/// (seconds for 20,000 items).
+const BOUND: Duration = Duration::from_millis(300);
+
+fn timed(status: u16, body: &str) -> (Duration, Outcome) {
+    let start = Instant::now();
+    let e = explain(Api::Openai, status, &[], body);
+    (start.elapsed(), e.outcome)
+}
+
+#[test]
+fn a_hostile_body_costs_bounded_work() {
+    let n = 20_000;
+    let bodies = [
+        (
+            "errors[]",
+            json!({"errors": (0..n).map(|i| json!({"message": format!("internal error {i} happened")})).collect::<Vec<_>>()}),
+        ),
+        (
+            "details[].reason",
+            json!({"error": {"details": (0..n).map(|i| json!({"reason": format!("R{i}")})).collect::<Vec<_>>()}}),
+        ),
+        (
+            "exception keys",
+            serde_json::Value::Object(
+                (0..n)
+                    .map(|i| {
+                        (
+                            format!("e{i}Exception"),
+                            json!({"message": format!("m {i} x")}),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "no answer",
+            json!({"x": (0..n).map(|i| format!("a b {i}")).collect::<Vec<_>>(), "errors": (0..n).map(|i| json!({"message": format!("m {i} x")})).collect::<Vec<_>>()}),
+        ),
+        (
+            "300 unique 64 KB messages",
+            json!({"errors": (0..300).map(|i| json!({"message": format!("m{i} {}", "a b ".repeat(16_000))})).collect::<Vec<_>>()}),
+        ),
+        (
+            "a 10 MB message",
+            json!({"error": {"message": "a b ".repeat(2_500_000)}}),
+        ),
+    ];
+    for (what, body) in bodies {
+        let body = body.to_string();
+        let status = if what == "no answer" { 200 } else { 500 };
+        // Parsing is the caller's cost either way; only the reading is bounded here.
+        let (parse, _) = {
+            let start = Instant::now();
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            (start.elapsed(), v)
+        };
+        let (took, outcome) = timed(status, &body);
+        assert!(
+            took.saturating_sub(parse) < BOUND,
+            "{what}: {took:?} (parse {parse:?}) -> {outcome:?}"
+        );
+    }
+}
+
+#[test]
+fn a_bearer_named_in_an_outage_or_a_rate_limit_does_not_freeze_it_into_auth() {
+    for (status, msg, want) in [
+        (
+            503,
+            "upstream connect error: Authorization: Bearer sk-*** service unavailable",
+            FailureClass::Overloaded,
+        ),
+        (
+            429,
+            "Rate limit exceeded for Bearer key sk-abc",
+            FailureClass::RateLimited,
+        ),
+        (
+            500,
+            "Request to https://api.x.ai with the Bearer token forwarded; connection reset",
+            FailureClass::ServerError,
+        ),
+        // A Bearer credential said missing or wrong is still the key, whatever the status.
+        (500, "Missing Bearer token", FailureClass::Auth),
+        (502, "Bearer token is invalid or expired", FailureClass::Auth),
+    ] {
+        let body = json!({"error": {"message": msg}});
+        assert_eq!(class(status, &body), Some(want), "{status} {msg}");
+    }
+}
