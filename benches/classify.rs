@@ -60,4 +60,62 @@ fn main() {
         pick(0.99),
         pick(1.0)
     );
+    hostile();
+}
+
+/// What hostile error bodies cost: before the reader's bound (`READ_BOUND`) each of
+/// these took 10–27 s in release. The body is parsed once outside the timing, as the
+/// gateway parses an answer once; what is timed is the classification.
+fn hostile() {
+    use serde_json::json;
+    let n = 20_000;
+    let bodies = [
+        (
+            "20,000 errors[]",
+            json!({"errors": (0..n).map(|i| json!({"message": format!("internal error {i} happened")})).collect::<Vec<_>>()}),
+        ),
+        (
+            "20,000 details[].reason",
+            json!({"error": {"details": (0..n).map(|i| json!({"reason": format!("R{i}")})).collect::<Vec<_>>()}}),
+        ),
+        (
+            "20,000 exception keys",
+            Value::Object(
+                (0..n)
+                    .map(|i| {
+                        (
+                            format!("e{i}Exception"),
+                            json!({"message": format!("m {i} x")}),
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "300 messages of 64 KB",
+            json!({"errors": (0..300).map(|i| json!({"message": format!("m{i} {}", "a b ".repeat(16_000))})).collect::<Vec<_>>()}),
+        ),
+        (
+            "a 10 MB message",
+            json!({"error": {"message": "a b ".repeat(2_500_000)}}),
+        ),
+    ];
+    for (what, body) in bodies {
+        let text = body.to_string();
+        let parse = Instant::now();
+        black_box(serde_json::from_str::<Value>(&text).unwrap());
+        let parse = parse.elapsed();
+        const ROUNDS: u32 = 5;
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            black_box(classify(Api::Openai, 500, &[], black_box(&text)));
+        }
+        let each = t.elapsed() / ROUNDS;
+        println!(
+            "hostile body, {what} ({} kB): {:.2} ms each, of which parsing the JSON {:.2} ms",
+            text.len() / 1024,
+            each.as_secs_f64() * 1000.0,
+            parse.as_secs_f64() * 1000.0
+        );
+    }
 }

@@ -2542,12 +2542,37 @@ const MEANING_MORE: &[Rule] = &[
     // failed about it, and must still fail over. It decides when the text says the
     // credential is missing or wrong (NVIDIA NIM's 500 "…Authorization<…Bearer>` was
     // not found", Dify's "must be provided and start with 'Bearer'").
-    s(F::Message, P::Both("bearer", "not found"), C::Auth, DOC_OPENAI),
-    s(F::Message, P::Both("bearer", "missing"), C::Auth, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Both("bearer", "not found"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("bearer", "missing"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
     s(F::Message, P::Both("bearer", "must"), C::Auth, DOC_OPENAI),
-    s(F::Message, P::Both("bearer", "required"), C::Auth, DOC_OPENAI),
-    s(F::Message, P::Both("bearer", "invalid"), C::Auth, DOC_OPENAI),
-    s(F::Message, P::Both("bearer", "expired"), C::Auth, DOC_OPENAI),
+    s(
+        F::Message,
+        P::Both("bearer", "required"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("bearer", "invalid"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
+    s(
+        F::Message,
+        P::Both("bearer", "expired"),
+        C::Auth,
+        DOC_OPENAI,
+    ),
     // Family tags by their words, so a code no vendor table lists is still read (and
     // named by --explain) rather than overruled by the bare status: a `system_error`
     // is the provider's, a `…_request_error` the request's, a subscription `tier`

@@ -69,6 +69,22 @@ struct Seen {
 /// Every signal in an error answer. `json` is the parsed body when it is JSON; `raw`
 /// is read as prose when it is not.
 pub fn read(headers: &[(String, String)], json: Option<&Value>, raw: &str) -> Vec<Hit> {
+    judge(&collect(headers, json, raw))
+}
+
+/// How much of an answer the reader keeps to judge: values, and bytes of their text.
+/// Judging costs every dialect row per value, so these two numbers bound the work a
+/// body can make (`MAX_VALUES`, `MAX_BYTES`); `cargo bench --bench classify` prints
+/// what hostile bodies cost in time.
+pub fn kept(headers: &[(String, String)], json: Option<&Value>, raw: &str) -> (usize, usize) {
+    let seen = collect(headers, json, raw);
+    (seen.len(), spent(&seen))
+}
+
+/// The bound `kept` is held to.
+pub const BOUND: (usize, usize) = (MAX_VALUES, MAX_BYTES);
+
+fn collect(headers: &[(String, String)], json: Option<&Value>, raw: &str) -> Vec<Seen> {
     let mut seen = Vec::new();
     for (k, v) in headers {
         if k.eq_ignore_ascii_case("x-amzn-errortype") {
@@ -81,7 +97,7 @@ pub fn read(headers: &[(String, String)], json: Option<&Value>, raw: &str) -> Ve
         Some(v) => walk(v, 0, &mut seen),
         None => text(raw, 0, &mut seen),
     }
-    judge(&seen)
+    seen
 }
 
 /// Every signal of an error value that is not a whole answer (a stream's error event).
@@ -600,6 +616,7 @@ fn rest(key: &str, v: &Value, depth: u8, nest: u8, budget: &mut usize, seen: &mu
         || lower.ends_with("_id")
         || key.ends_with("Id")
         || echoes_request(&lower)
+        || gives_guidance(&lower)
     {
         return;
     }
@@ -634,6 +651,17 @@ fn echoes_request(key: &str) -> bool {
         .iter()
         .any(|w| key.contains(w))
         || matches!(key, "context" | "body" | "question")
+}
+
+/// A field of advice rather than verdict (`help`, `hint`, `docs`, `documentation_url`,
+/// `link`, `suggestion`): "see our content policy" there says where to read, not that
+/// anything was refused, and must not freeze an outage into a refusal.
+fn gives_guidance(key: &str) -> bool {
+    [
+        "doc", "help", "hint", "link", "url", "href", "suggest", "advice",
+    ]
+    .iter()
+    .any(|w| key.contains(w))
 }
 
 /// A field whose name says its value is a code: `category`, `detector_type`,

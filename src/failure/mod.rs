@@ -8,6 +8,9 @@ mod classify;
 mod dialects;
 mod evidence;
 pub use classify::*;
+/// What the classifier keeps of a body to judge, and the bound it is held to (values,
+/// bytes of text): the work a hostile body can make.
+pub use evidence::{BOUND as READ_BOUND, kept as read_kept};
 
 /// Why an attempt failed. Adding a class fails to compile until `fault`, `billing`,
 /// `trips_circuit` and `decide` all say what it means.
