@@ -663,19 +663,7 @@ fn the_fifth_round_tuning_misses_come_out_right() {
             "model_not_found",
         ),
     ];
-    let cases = cases();
-    for (id, want) in named {
-        let c = cases
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
-        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
-        assert_eq!(c["round"], 5, "{id}");
-        assert_eq!(c["expected_class"], want, "{id}");
-        let (class, signal) = got(c);
-        assert_eq!(class, want, "{id} by {signal}");
-        assert!(!signal.starts_with("status"), "{id} by {signal}");
-    }
+    assert_tuning_cases_right(5, &named);
 }
 
 /// Round 6 (242 verbatim cases from eight gatherers, labelled without running the
@@ -788,25 +776,32 @@ fn the_sixth_round_tuning_misses_come_out_right() {
         // A token id outside the vocabulary is no credential.
         ("openai-400-invalid-token-in-prompt-range", "malformed"),
     ];
+    assert_tuning_cases_right(6, &named);
     let cases = cases();
-    for (id, want) in named {
-        let c = cases
-            .iter()
-            .find(|c| c["id"] == id)
-            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
-        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
-        assert_eq!(c["round"], 6, "{id}");
-        assert_eq!(c["expected_class"], want, "{id}");
-        let (class, signal) = got(c);
-        assert_eq!(class, want, "{id} by {signal}");
-        assert!(!signal.starts_with("status="), "{id} by {signal}");
-    }
     // A 3xx is no answer, whatever family tag its body restates.
     let c = cases
         .iter()
         .find(|c| c["id"] == "gemini-302-files-download-unknown-error")
         .expect("the 302 case");
     assert_eq!(got(c).0, "unclassified");
+}
+
+/// Each named tuning case of a round (never a held-out one) is labelled `want`, comes
+/// out `want`, and is decided by a word or code, never by the bare status.
+fn assert_tuning_cases_right(round: u64, named: &[(&str, &str)]) {
+    let cases = cases();
+    for &(id, want) in named {
+        let c = cases
+            .iter()
+            .find(|c| c["id"] == id)
+            .unwrap_or_else(|| panic!("{id} missing from the corpus"));
+        assert_eq!(c["held_out"], false, "{id} is held out: not a tuning case");
+        assert_eq!(c["round"], round, "{id}");
+        assert_eq!(c["expected_class"], want, "{id}");
+        let (class, signal) = got(c);
+        assert_eq!(class, want, "{id} by {signal}");
+        assert!(!signal.starts_with("status"), "{id} by {signal}");
+    }
 }
 
 /// The two round-2 held-out cases the measure found wrong (2 of 4 right, before any

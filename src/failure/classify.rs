@@ -315,7 +315,7 @@ fn decide(status: Option<u16>, hits: &[Hit], raw: &str) -> (FailureClass, Signal
                 None if names_model => (
                     FailureClass::ModelNotFound,
                     Signal {
-                        source: "status and message".into(),
+                        source: "message under a 404".into(),
                         value: "404 naming a model".into(),
                         depth: 0,
                         basis: "DESIGN 4: a 404 is model_not_found; one on a path is malformed",
@@ -508,6 +508,17 @@ pub fn classify_event(api: Api, name: Option<&str>, v: &Value) -> EventSignal {
     event(api, name, v).0
 }
 
+/// An event that carries an error: a failure, as the same error would be as an answer
+/// (DESIGN 4), and never a success, whatever the error says.
+fn error_event(v: &Value, what: &'static str) -> (EventSignal, Option<Signal>) {
+    let e = classify_error_value(v);
+    let signal = match e.outcome {
+        Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
+        Outcome::Success => EventSignal::Failure(FailureClass::Unclassified, what.into()),
+    };
+    (signal, Some(e.signal))
+}
+
 /// `classify_event`, with the signal that decided a failure.
 fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal>) {
     let ty = v.get("type").and_then(Value::as_str);
@@ -518,28 +529,14 @@ fn event(api: Api, name: Option<&str>, v: &Value) -> (EventSignal, Option<Signal
             .get("response")
             .filter(|r| r.get("error").is_some_and(|e| !e.is_null()))
     {
-        let e = classify_error_value(r);
-        let signal = match e.outcome {
-            Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
-            Outcome::Success => {
-                EventSignal::Failure(FailureClass::Unclassified, "response.failed".into())
-            }
-        };
-        return (signal, Some(e.signal));
+        return error_event(r, "response.failed");
     }
     if name == Some("error")
         || ty == Some("error")
         || (v.get("error").is_some_and(|e| !e.is_null()) && v.get("choices").is_none())
         || is_aws_exception_event(v)
     {
-        let e = classify_error_value(v);
-        let signal = match e.outcome {
-            Outcome::Failure { class, reason } => EventSignal::Failure(class, reason),
-            Outcome::Success => {
-                EventSignal::Failure(FailureClass::Unclassified, "error event".into())
-            }
-        };
-        return (signal, Some(e.signal));
+        return error_event(v, "error event");
     }
     let refusal = |source: &'static str, value: &str, reason: String| {
         (
