@@ -122,8 +122,7 @@ fn no_rollups() -> bool {
 }
 
 /// `DROP TRIGGER` for each rollup trigger; `on` names the table where PostgreSQL wants it.
-/// SQLite has each twice: row by row, and `_batched` for the writer's group commit.
-fn drop_rollups(on: &str, batched: bool) -> String {
+fn drop_rollups(on: &str) -> String {
     [
         "attempts_hourly_insert",
         "attempts_hourly_update",
@@ -133,10 +132,7 @@ fn drop_rollups(on: &str, batched: bool) -> String {
         "requests_hourly_delete",
     ]
     .iter()
-    .flat_map(|t| {
-        let also = batched.then(|| format!("DROP TRIGGER {t}_batched{on};"));
-        std::iter::once(format!("DROP TRIGGER {t}{on};")).chain(also)
-    })
+    .map(|t| format!("DROP TRIGGER {t}{on};"))
     .collect::<Vec<_>>()
     .join(" ")
 }
@@ -153,7 +149,7 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
             if no_rollups() {
                 purser::ledger::connect(&dir.path().join("bench.db"), &Options::default())
                     .unwrap()
-                    .execute_batch(&drop_rollups("", true))
+                    .execute_batch(&drop_rollups(""))
                     .unwrap();
             }
             (l, Scratch::Dir(dir))
@@ -182,7 +178,7 @@ async fn open(engine: &Engine) -> (Ledger, Scratch) {
                 client
                     .batch_execute(&format!(
                         "SET search_path = {schema}; {}",
-                        drop_rollups(" ON attempts", false)
+                        drop_rollups(" ON attempts")
                             .replace(
                                 "requests_hourly_insert ON attempts",
                                 "requests_hourly_insert ON requests"

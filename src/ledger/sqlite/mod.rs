@@ -9,7 +9,6 @@
 pub mod audit;
 mod books;
 mod checkpoint;
-mod deltas;
 mod group;
 pub mod migrate;
 mod ops;
@@ -44,13 +43,10 @@ impl Store {
         migrate::migrate_to(&mut conn, migrate::latest())?;
         let recovered = recover::recover(&mut conn)?;
         let bound = checkpoint::start(&mut conn, path, opts)?;
-        // After recovery, which writes the rollups row by row like any other path.
-        let deltas = deltas::Deltas::install(&conn)?;
         Ok((
             Store {
                 writer: Some(Arc::new(group::Writer::new(
                     conn,
-                    deltas,
                     bound,
                     opts.sync == Sync::Full,
                 ))),
@@ -317,6 +313,5 @@ pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
         DecimalSum,
     )?;
     register_decimal_ops(&conn)?;
-    deltas::register_unbatched(&conn)?;
     Ok(conn)
 }
