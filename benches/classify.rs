@@ -11,30 +11,22 @@ use purser::failure::classify;
 use purser::policy::plan::Api;
 use serde_json::Value;
 
+#[path = "../tests/common/answers.rs"]
+mod answers;
+
 const CORPUS: &str = include_str!("../tests/fixtures/error-corpus.jsonl");
 
 /// One corpus response: adapter, status, headers, body.
 type Case = (Api, u16, Vec<(String, String)>, String);
 
 fn main() {
-    let cases: Vec<Case> = CORPUS
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            let api: Api = serde_json::from_value(v["api"].clone()).unwrap();
-            let headers = v["headers"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                        .collect()
-                })
-                .unwrap_or_default();
+    let cases: Vec<Case> = answers::json_lines(CORPUS)
+        .iter()
+        .map(|v| {
             (
-                api,
+                answers::api_of(v),
                 v["status"].as_u64().unwrap() as u16,
-                headers,
+                answers::headers_of(v),
                 v["body"].as_str().unwrap().to_string(),
             )
         })
@@ -67,39 +59,7 @@ fn main() {
 /// these took 10–27 s in release. The body is parsed once outside the timing, as the
 /// gateway parses an answer once; what is timed is the classification.
 fn hostile() {
-    use serde_json::json;
-    let n = 20_000;
-    let bodies = [
-        (
-            "20,000 errors[]",
-            json!({"errors": (0..n).map(|i| json!({"message": format!("internal error {i} happened")})).collect::<Vec<_>>()}),
-        ),
-        (
-            "20,000 details[].reason",
-            json!({"error": {"details": (0..n).map(|i| json!({"reason": format!("R{i}")})).collect::<Vec<_>>()}}),
-        ),
-        (
-            "20,000 exception keys",
-            Value::Object(
-                (0..n)
-                    .map(|i| {
-                        (
-                            format!("e{i}Exception"),
-                            json!({"message": format!("m {i} x")}),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "300 messages of 64 KB",
-            json!({"errors": (0..300).map(|i| json!({"message": format!("m{i} {}", "a b ".repeat(16_000))})).collect::<Vec<_>>()}),
-        ),
-        (
-            "a 10 MB message",
-            json!({"error": {"message": "a b ".repeat(2_500_000)}}),
-        ),
-    ];
+    let bodies = answers::hostile_bodies();
     for (what, body) in bodies {
         let text = body.to_string();
         let parse = Instant::now();

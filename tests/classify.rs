@@ -17,29 +17,14 @@ use purser::failure::{FailureClass, TransportFailure, classify, classify_transpo
 use purser::policy::plan::{Api, Mode};
 use serde_json::Value;
 
+#[path = "common/answers.rs"]
+mod answers;
+use answers::{api_of, headers_of};
+
 const CORPUS: &str = include_str!("fixtures/error-corpus.jsonl");
 
 fn cases() -> Vec<Value> {
-    CORPUS
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn api_of(v: &Value) -> Api {
-    serde_json::from_value(v["api"].clone()).unwrap()
-}
-
-fn headers_of(v: &Value) -> Vec<(String, String)> {
-    v["headers"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
+    answers::json_lines(CORPUS)
 }
 
 fn got(c: &Value) -> (String, String) {

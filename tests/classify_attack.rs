@@ -8,6 +8,9 @@ use purser::failure::{FailureClass, Outcome, READ_BOUND, classify, explain, read
 use purser::policy::plan::Api;
 use serde_json::json;
 
+#[path = "common/answers.rs"]
+mod answers;
+
 fn class(status: u16, body: &serde_json::Value) -> Option<FailureClass> {
     classify(Api::Openai, status, &[], &body.to_string()).class()
 }
@@ -96,9 +99,6 @@ fn a_refusal_later_in_a_list_is_still_read() {
     assert_eq!(class(500, &body), Some(FailureClass::ContentRefusal));
 }
 
-/// Release builds run these in well under a millisecond; the bound leaves room for a
-/// debug build on a loaded machine, and still fails the quadratic reading it replaced
-/// (seconds for 20,000 items).
 /// The work a hostile body can make is bounded by what the reader keeps to judge
 /// (values and bytes of text), not by the body's size: 20,000 `errors[]`, reasons or
 /// exception keys, 300 messages of 64 KB, a 10 MB message. Asserted on those counts,
@@ -106,42 +106,7 @@ fn a_refusal_later_in_a_list_is_still_read() {
 /// (10–27 s each in release before the bound).
 #[test]
 fn a_hostile_body_costs_bounded_work() {
-    let n = 20_000;
-    let bodies = [
-        (
-            "errors[]",
-            json!({"errors": (0..n).map(|i| json!({"message": format!("internal error {i} happened")})).collect::<Vec<_>>()}),
-        ),
-        (
-            "details[].reason",
-            json!({"error": {"details": (0..n).map(|i| json!({"reason": format!("R{i}")})).collect::<Vec<_>>()}}),
-        ),
-        (
-            "exception keys",
-            serde_json::Value::Object(
-                (0..n)
-                    .map(|i| {
-                        (
-                            format!("e{i}Exception"),
-                            json!({"message": format!("m {i} x")}),
-                        )
-                    })
-                    .collect(),
-            ),
-        ),
-        (
-            "fields of every name",
-            json!({"x": (0..n).map(|i| format!("a b {i}")).collect::<Vec<_>>(), "errors": (0..n).map(|i| json!({"message": format!("m {i} x")})).collect::<Vec<_>>()}),
-        ),
-        (
-            "300 unique 64 KB messages",
-            json!({"errors": (0..300).map(|i| json!({"message": format!("m{i} {}", "a b ".repeat(16_000))})).collect::<Vec<_>>()}),
-        ),
-        (
-            "a 10 MB message",
-            json!({"error": {"message": "a b ".repeat(2_500_000)}}),
-        ),
-    ];
+    let bodies = answers::hostile_bodies();
     let (max_values, max_bytes) = READ_BOUND;
     // The bound itself is small: real error bodies carry a few dozen values and a few
     // kilobytes of prose, and every value kept costs a pass of every dialect row.

@@ -14,28 +14,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use purser::decide::fails_over;
 use purser::failure::{FailureClass, explain};
-use purser::policy::plan::{Api, Mode};
+use purser::policy::plan::Mode;
 use serde_json::Value;
+
+#[path = "common/answers.rs"]
+mod answers;
+use answers::{api_of, headers_of};
 
 const TABLE: &str = include_str!("fixtures/vendor-codes.jsonl");
 
 fn rows() -> Vec<Value> {
-    TABLE
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn headers_of(v: &Value) -> Vec<(String, String)> {
-    v["headers"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
+    answers::json_lines(TABLE)
 }
 
 /// Every documented code comes out in the class DESIGN 4 gives its meaning, and the
@@ -47,7 +36,7 @@ fn every_documented_code_is_classified_by_its_meaning() {
     let mut wrong = vec![];
     let mut per_vendor: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for r in &rows {
-        let api: Api = serde_json::from_value(r["api"].clone()).unwrap();
+        let api = api_of(r);
         let status = r["status"].as_u64().unwrap() as u16;
         let body = r["body"].as_str().unwrap();
         let e = explain(api, status, &headers_of(r), body);
@@ -92,7 +81,7 @@ fn no_documented_refusal_fails_over_under_any_status() {
         .iter()
         .filter(|r| r["expected_class"] == "content_refusal")
     {
-        let api: Api = serde_json::from_value(r["api"].clone()).unwrap();
+        let api = api_of(r);
         let body = r["body"].as_str().unwrap();
         // Under its documented status, `--explain` names the vocabulary row (and its
         // source) that decided, never the bare status.

@@ -510,18 +510,7 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
                 text(m, depth, seen);
             }
         }
-        // Coze's workflow runner puts the failure in `$error`. Added after the round-4
-        // held-out measure, which it had missed.
-        for key in [
-            "message",
-            "error",
-            "detail",
-            "error_message",
-            "error_msg",
-            "msg",
-            "$error",
-            "Message",
-        ] {
+        for key in PROSE.iter().chain(["Message"].iter()).copied() {
             match get_ci(obj, key) {
                 Some(Value::String(s)) => text(s, depth, seen),
                 // FastAPI-style `detail` objects, and an `error` inside `error`: a relay
@@ -557,25 +546,24 @@ fn walk(v: &Value, depth: u8, seen: &mut Vec<Seen>) {
     // table names, so a field nobody listed still counts.
     let mut budget = REST_BUDGET;
     for (key, value) in top {
-        if !NAMED.iter().any(|k| key.eq_ignore_ascii_case(k)) {
+        if !named(key) {
             rest(key, value, depth, 0, &mut budget, seen);
         }
     }
     if let Some(Value::Object(e)) = get_ci(top, "error") {
         for (key, value) in e {
-            if !NAMED.iter().any(|k| key.eq_ignore_ascii_case(k)) {
+            if !named(key) {
                 rest(key, value, depth, 0, &mut budget, seen);
             }
         }
     }
 }
 
-/// The fields `walk` reads by name (or opens as a relay envelope, one level down).
-const NAMED: [&str; 17] = [
-    "code",
-    "type",
-    "status",
-    "__type",
+/// The fields `walk` reads as prose, or opens as a relay envelope one level down.
+/// Coze's workflow runner puts its failure in `$error`, added after the round-4
+/// held-out measure, which it had missed. (`Message` is also read when `message` is
+/// there too: TencentCloud spells it so.)
+const PROSE: [&str; 7] = [
     "message",
     "error",
     "detail",
@@ -583,6 +571,14 @@ const NAMED: [&str; 17] = [
     "error_msg",
     "msg",
     "$error",
+];
+
+/// The other fields `walk` reads by name.
+const STRUCTURED: [&str; 10] = [
+    "code",
+    "type",
+    "status",
+    "__type",
     "errors",
     "details",
     "metadata",
@@ -590,6 +586,14 @@ const NAMED: [&str; 17] = [
     "inner_error",
     "base_resp",
 ];
+
+/// Whether `walk` reads a field by name (the generic pass leaves it alone).
+fn named(key: &str) -> bool {
+    PROSE
+        .iter()
+        .chain(STRUCTURED.iter())
+        .any(|k| key.eq_ignore_ascii_case(k))
+}
 
 /// Fields whose strings are names or echoes, not verdicts: ids, model names, the
 /// request the client sent (a prompt that talks about safety is no refusal).
