@@ -388,3 +388,239 @@ async fn the_migration_back_fills_the_rollups_on_sqlite() {
 async fn the_migration_back_fills_the_rollups_on_postgres() {
     the_migration_back_fills_the_rollups(Engine::Postgres).await
 }
+
+/// Spawn every future at once on this (single-threaded) runtime, so the ledger calls
+/// queue together and share group commits; their results in order.
+async fn together<F, T>(futures: Vec<F>) -> Vec<T>
+where
+    F: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// On SQLite the writer adds the rollups' deltas up in memory for the transaction of
+/// each group commit and writes one upsert per key before it commits (#23, migration
+/// 0011). Groups that commit, a group spoiled by one failing operation (rolled back,
+/// then redone one operation per transaction) and a group spoiled by its own rollup
+/// rows (an operator's rule on them that one request breaks) all leave the rollups
+/// equal to the rows. Deltas dropped, written twice, or left over from a rolled-back
+/// group for the next transaction would each break that equality.
+#[tokio::test]
+async fn the_writers_batched_deltas_count_once_per_committed_group() {
+    use common::rows::{attempt, closed, day_limit, ended, new_request};
+    use purser::failure::Billing;
+    use purser::ledger::LedgerError;
+    use std::sync::Arc;
+    type Call =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LedgerError>> + Send>>;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let db = Db::Sqlite(path.clone());
+    drop(Ledger::open(&path, purser::ledger::Options::default()).unwrap());
+    exec(
+        &db,
+        "CREATE TRIGGER poison BEFORE INSERT ON requests_hourly WHEN NEW.model = 'poison'
+         BEGIN SELECT RAISE(ABORT, 'poisoned rollup'); END;",
+    )
+    .await;
+    let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
+    let l = Arc::new(l);
+    let admit = |id: String, model: &str| {
+        let (l, mut r) = (l.clone(), new_request(&id, "0.1"));
+        r.model = model.into();
+        async move {
+            l.admit_with_attempt(r, day_limit("100"), attempt(&id, 1, "0.05"))
+                .await
+        }
+    };
+    let requests = || db.count("SELECT COUNT(*) FROM requests");
+
+    // One group admits 40 requests, each with its first attempt in flight.
+    let admitted = together((0..40).map(|i| admit(format!("r{i}"), "m")).collect()).await;
+    assert!(admitted.iter().all(Result::is_ok), "{admitted:?}");
+    assert_rollups_on(&db).await;
+
+    // The next ends them (every other one failing over to a second attempt, which
+    // joins a new key and leaves the in-flight one) while ten more are admitted.
+    let mut work: Vec<Call> = Vec::new();
+    for i in 0..40 {
+        let (l, id) = (l.clone(), format!("r{i}"));
+        work.push(Box::pin(async move {
+            if i % 2 == 0 {
+                let cost = format!("0.0{}", i % 7 + 1);
+                l.finish(
+                    ended(&id, 1, Billing::Billed, &cost),
+                    closed(&id, Outcome::Served, &cost, &cost),
+                )
+                .await
+            } else {
+                l.finish_attempt(ended(&id, 1, Billing::NotBilled, "0"))
+                    .await?;
+                l.begin_attempt(attempt(&id, 2, "0.05")).await
+            }
+        }));
+    }
+    for i in 40..50 {
+        work.push(Box::pin(admit(format!("r{i}"), "m")));
+    }
+    let done = together(work).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_rollups_on(&db).await;
+
+    // A group spoiled by an operation (an attempt that already exists): it is rolled
+    // back with the deltas its other operations added up, and each is redone alone.
+    let mut work: Vec<Call> = (50..70)
+        .map(|i| Box::pin(admit(format!("r{i}"), "m")) as Call)
+        .collect();
+    let dup = l.clone();
+    work.push(Box::pin(async move {
+        dup.begin_attempt(attempt("r0", 1, "0.05")).await
+    }));
+    let done = together(work).await;
+    assert_eq!(done.iter().filter(|r| r.is_err()).count(), 1, "{done:?}");
+    assert!(
+        done[20].is_err(),
+        "the duplicate attempt is refused: {done:?}"
+    );
+    assert_eq!(requests().await, 70);
+    assert_rollups_on(&db).await;
+
+    // A group spoiled by its rollup rows: the poisoned request's key cannot be written.
+    // The group is rolled back and redone alone; only that request is refused.
+    let done = together(
+        (70..90)
+            .map(|i| admit(format!("r{i}"), if i == 80 { "poison" } else { "m" }))
+            .collect(),
+    )
+    .await;
+    for (i, r) in (70..90).zip(&done) {
+        match (i, r) {
+            (80, Err(e)) => assert!(e.to_string().contains("poisoned rollup"), "{e}"),
+            (80, Ok(())) => panic!("the poisoned request was admitted"),
+            (_, r) => assert!(r.is_ok(), "r{i}: {r:?}"),
+        }
+    }
+    assert_eq!(requests().await, 89);
+    assert_rollups_on(&db).await;
+
+    // And the next group starts clean.
+    let done = together((90..95).map(|i| admit(format!("r{i}"), "m")).collect()).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_rollups_on(&db).await;
+    let counted = db
+        .count("SELECT COALESCE(SUM(requests), 0) FROM requests_hourly")
+        .await;
+    assert_eq!(counted, 94);
+}
+
+/// The writer's batched triggers are TEMP triggers of its own connection, and 0011's
+/// row triggers stand aside only while the writer's uncommitted `rollup_batching` row
+/// exists. So, with purser's writer open and working, a plain `sqlite3` connection
+/// (no purser functions at all) can still write a request, and its row triggers keep
+/// the rollups right; purser's own connection can move attempts (their triggers add
+/// money with `dadd`). Failed before: any such write failed to prepare ("no such
+/// function: purser_rollup_batching"), or, had the flag ever been committed, the
+/// rollups would have missed the operator's rows.
+#[tokio::test]
+async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches() {
+    use common::rows::{attempt, day_limit, new_request};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let db = Db::Sqlite(path.clone());
+    let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
+    for i in 0..5 {
+        let id = format!("r{i}");
+        l.admit_with_attempt(
+            new_request(&id, "0.1"),
+            day_limit("100"),
+            attempt(&id, 1, "0.05"),
+        )
+        .await
+        .unwrap();
+    }
+    let plain = rusqlite::Connection::open(&path).unwrap();
+    plain
+        .execute_batch(
+            "UPDATE requests SET outcome = 'failed' WHERE id = 'r1';
+             INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, ingress)
+             SELECT 'op1', received_at, received_ms, client, policy, plan_id, 'operator-model', mode, ceiling, worst_case, 'refused', ingress
+             FROM requests WHERE id = 'r0';
+             DELETE FROM requests WHERE id = 'op1';
+             INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, ingress)
+             SELECT 'op2', received_at, received_ms, client, policy, plan_id, 'operator-model', mode, ceiling, worst_case, 'refused', ingress
+             FROM requests WHERE id = 'r0';",
+        )
+        .unwrap();
+    assert_eq!(
+        plain
+            .query_row("SELECT COUNT(*) FROM rollup_batching", [], |r| r
+                .get::<_, i64>(0))
+            .unwrap(),
+        0,
+        "the writer's flag is never committed"
+    );
+    exec(
+        &db,
+        "UPDATE attempts SET billing = 'billed', cost = '0.02', class = 'success' WHERE request_id = 'r2';",
+    )
+    .await;
+    assert_rollups_on(&db).await;
+    // And the writer still batches after them.
+    for i in 5..8 {
+        let id = format!("r{i}");
+        l.admit_with_attempt(
+            new_request(&id, "0.1"),
+            day_limit("100"),
+            attempt(&id, 1, "0.05"),
+        )
+        .await
+        .unwrap();
+    }
+    assert_rollups_on(&db).await;
+    let counted = db
+        .count("SELECT COALESCE(SUM(requests), 0) FROM requests_hourly")
+        .await;
+    assert_eq!(counted, 9);
+
+    // The writer does batch: twenty admissions in one group move their one
+    // `requests_hourly` row once or twice (a group cut in two), not twenty times.
+    exec(
+        &db,
+        "CREATE TABLE rollup_writes (n INTEGER);
+         CREATE TRIGGER count_rollup_inserts AFTER INSERT ON requests_hourly BEGIN INSERT INTO rollup_writes VALUES (1); END;
+         CREATE TRIGGER count_rollup_updates AFTER UPDATE ON requests_hourly BEGIN INSERT INTO rollup_writes VALUES (1); END;",
+    )
+    .await;
+    let l = std::sync::Arc::new(l);
+    let admitted = together(
+        (8..28)
+            .map(|i| {
+                let (l, id) = (l.clone(), format!("r{i}"));
+                async move {
+                    l.admit_with_attempt(
+                        new_request(&id, "0.1"),
+                        day_limit("100"),
+                        attempt(&id, 1, "0.05"),
+                    )
+                    .await
+                }
+            })
+            .collect(),
+    )
+    .await;
+    assert!(admitted.iter().all(Result::is_ok), "{admitted:?}");
+    let writes = db.count("SELECT COUNT(*) FROM rollup_writes").await;
+    assert!(
+        (1..=2).contains(&writes),
+        "{writes} writes of requests_hourly for 20 admissions"
+    );
+    assert_rollups_on(&db).await;
+}

@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::books::Books;
 use super::checkpoint::Bound;
+use super::deltas::Deltas;
 use super::ops::apply_op;
 use crate::ledger::{LedgerError, Op};
 
@@ -27,6 +28,8 @@ pub struct Envelope {
 pub struct Writer {
     queue: Mutex<Vec<Envelope>>,
     conn: Mutex<(Connection, Books)>,
+    /// The rollups' deltas of the open transaction, kept by the connection's functions.
+    deltas: Deltas,
     /// Whether the last group could write at all (readiness).
     writable: AtomicBool,
     /// Keeps the WAL bounded (checkpoints themselves run on their own thread), and
@@ -41,10 +44,11 @@ pub struct Writer {
 
 impl Writer {
     /// `full`: the connection was opened at `synchronous = FULL`.
-    pub fn new(conn: Connection, wal: Bound, full: bool) -> Self {
+    pub fn new(conn: Connection, deltas: Deltas, wal: Bound, full: bool) -> Self {
         Writer {
             queue: Mutex::new(Vec::new()),
             conn: Mutex::new((conn, Books::default())),
+            deltas,
             writable: AtomicBool::new(true),
             wal,
             full,
@@ -101,7 +105,7 @@ impl Writer {
         // instead of two.
         let synced = self.full && group.iter().any(|e| e.op.durable_before_reply());
         let results = match self.set_synced(conn, synced) {
-            Ok(()) => apply_group(conn, books, &group),
+            Ok(()) => apply_group(conn, books, &self.deltas, &group),
             Err(e) => group
                 .iter()
                 .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
@@ -163,13 +167,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn apply_group(
     conn: &mut Connection,
     books: &mut Books,
+    deltas: &Deltas,
     group: &[Envelope],
 ) -> Vec<Result<(), LedgerError>> {
-    match try_group(conn, books, group) {
+    match try_group(conn, books, deltas, group) {
         Some(results) => results,
         None => group
             .iter()
-            .map(|env| apply_alone(conn, books, &env.op))
+            .map(|env| apply_alone(conn, books, deltas, &env.op))
             .collect(),
     }
 }
@@ -177,18 +182,36 @@ fn apply_group(
 /// The writer's transaction: `BEGIN IMMEDIATE` and `COMMIT` from the statement cache
 /// (rusqlite's `Transaction` parses both again each time, about 5% of a request's
 /// CPU in the gateway benchmark). Rolled back when dropped uncommitted.
+///
+/// While it is open the writer's TEMP rollup triggers batch their deltas in `deltas`
+/// (migration 0011, `batched.sql`); they are written just before COMMIT, and dropped with the transaction
+/// whether it commits or not, so none outlives the transaction that made it.
 struct Tx<'c> {
     conn: &'c Connection,
+    deltas: &'c Deltas,
     open: bool,
 }
 
 impl<'c> Tx<'c> {
-    fn begin(conn: &'c Connection) -> rusqlite::Result<Tx<'c>> {
+    fn begin(conn: &'c Connection, deltas: &'c Deltas) -> rusqlite::Result<Tx<'c>> {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        Ok(Tx { conn, open: true })
+        let tx = Tx {
+            conn,
+            deltas,
+            open: true,
+        };
+        // A failure here drops `tx`, which rolls back.
+        deltas.open(conn)?;
+        Ok(tx)
+    }
+
+    /// Write the rollup deltas so far into the transaction (`commit` does it too).
+    fn write_rollups(&self) -> rusqlite::Result<()> {
+        self.deltas.write(self.conn)
     }
 
     fn commit(mut self) -> rusqlite::Result<()> {
+        self.write_rollups()?;
         self.conn.prepare_cached("COMMIT")?.execute([])?;
         self.open = false;
         Ok(())
@@ -204,6 +227,7 @@ impl std::ops::Deref for Tx<'_> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
+        self.deltas.close();
         if self.open {
             // Fails only when SQLite already rolled back on its own (a failed COMMIT).
             let _ = self
@@ -218,6 +242,7 @@ impl Drop for Tx<'_> {
 fn try_group(
     conn: &mut Connection,
     books: &mut Books,
+    deltas: &Deltas,
     group: &[Envelope],
 ) -> Option<Vec<Result<(), LedgerError>>> {
     let failed = |e: &rusqlite::Error| {
@@ -226,7 +251,7 @@ fn try_group(
             .map(|_| Err(LedgerError::Sqlite(clone_err(e))))
             .collect()
     };
-    let tx = match Tx::begin(conn) {
+    let tx = match Tx::begin(conn, deltas) {
         Ok(tx) => tx,
         Err(e) => return Some(failed(&e)),
     };
@@ -242,6 +267,13 @@ fn try_group(
         }
         results.push(r);
     }
+    // The group's rollup rows can fail as an operation can (a full disk, an operator's
+    // constraint on them): then, as for an operation, each is redone alone, so only
+    // the one whose rows cannot be written is refused.
+    if tx.write_rollups().is_err() {
+        books.forget();
+        return None; // dropping `tx` rolls the group back, and its deltas with it
+    }
     match books.write(&tx).and_then(|()| tx.commit()) {
         Ok(()) => Some(results),
         // Nothing in the group is durable: every caller is told, and fails closed.
@@ -252,8 +284,13 @@ fn try_group(
     }
 }
 
-fn apply_alone(conn: &mut Connection, books: &mut Books, op: &Op) -> Result<(), LedgerError> {
-    let tx = Tx::begin(conn)?;
+fn apply_alone(
+    conn: &mut Connection,
+    books: &mut Books,
+    deltas: &Deltas,
+    op: &Op,
+) -> Result<(), LedgerError> {
+    let tx = Tx::begin(conn, deltas)?;
     books.check(&tx)?;
     let r = apply_op(&tx, books, op);
     // A refused budget is recorded (the refused request row says why).

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 10] = [
+pub const MIGRATIONS: [(u32, &str, &str); 11] = [
     (
         1,
         "0001_init",
@@ -57,6 +57,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 10] = [
         10,
         "0010_cache_tokens",
         include_str!("../../../migrations/sqlite/0010_cache_tokens.sql"),
+    ),
+    (
+        11,
+        "0011_rollup_deltas",
+        include_str!("../../../migrations/sqlite/0011_rollup_deltas.sql"),
     ),
 ];
 

@@ -9,6 +9,7 @@
 pub mod audit;
 mod books;
 mod checkpoint;
+mod deltas;
 mod group;
 pub mod migrate;
 mod ops;
@@ -43,10 +44,14 @@ impl Store {
         migrate::migrate_to(&mut conn, migrate::latest())?;
         let recovered = recover::recover(&mut conn)?;
         let bound = checkpoint::start(&mut conn, path, opts)?;
+        // After recovery, which writes the rollups row by row like any other path; the
+        // TEMP triggers it creates live on the writer's connection alone.
+        let deltas = deltas::Deltas::install(&conn)?;
         Ok((
             Store {
                 writer: Some(Arc::new(group::Writer::new(
                     conn,
+                    deltas,
                     bound,
                     opts.sync == Sync::Full,
                 ))),
