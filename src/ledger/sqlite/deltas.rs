@@ -144,12 +144,18 @@ impl Deltas {
     pub(super) fn write(&self, tx: &Connection) -> rusqlite::Result<()> {
         let (attempts, requests) = {
             let mut p = lock(&self.pending);
+            if !p.open {
+                // Not batching (a transaction of one operation), or written already.
+                return Ok(());
+            }
+            p.open = false;
             (
                 std::mem::take(&mut p.attempts),
                 std::mem::take(&mut p.requests),
             )
         };
-        // Never committed: other connections' writes keep their row triggers.
+        // Never committed: other connections' writes keep their row triggers, and so
+        // does whatever this transaction writes after this point.
         tx.prepare_cached("DELETE FROM rollup_batching")?
             .execute([])?;
         if attempts.is_empty() && requests.is_empty() {

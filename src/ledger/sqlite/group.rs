@@ -193,15 +193,20 @@ struct Tx<'c> {
 }
 
 impl<'c> Tx<'c> {
-    fn begin(conn: &'c Connection, deltas: &'c Deltas) -> rusqlite::Result<Tx<'c>> {
+    /// `batch`: sum the rollup deltas in memory. Only worth it for a group: with one
+    /// operation the row triggers write the same rows, and the flag row that batching
+    /// inserts and deletes would add a page to the commit (at c = 1, one in ten).
+    fn begin(conn: &'c Connection, deltas: &'c Deltas, batch: bool) -> rusqlite::Result<Tx<'c>> {
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let tx = Tx {
             conn,
             deltas,
             open: true,
         };
-        // A failure here drops `tx`, which rolls back.
-        deltas.open(conn)?;
+        if batch {
+            // A failure here drops `tx`, which rolls back.
+            deltas.open(conn)?;
+        }
         Ok(tx)
     }
 
@@ -251,7 +256,7 @@ fn try_group(
             .map(|_| Err(LedgerError::Sqlite(clone_err(e))))
             .collect()
     };
-    let tx = match Tx::begin(conn, deltas) {
+    let tx = match Tx::begin(conn, deltas, group.len() > 1) {
         Ok(tx) => tx,
         Err(e) => return Some(failed(&e)),
     };
@@ -290,7 +295,7 @@ fn apply_alone(
     deltas: &Deltas,
     op: &Op,
 ) -> Result<(), LedgerError> {
-    let tx = Tx::begin(conn, deltas)?;
+    let tx = Tx::begin(conn, deltas, false)?;
     books.check(&tx)?;
     let r = apply_op(&tx, books, op);
     // A refused budget is recorded (the refused request row says why).

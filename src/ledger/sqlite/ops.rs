@@ -1,4 +1,11 @@
 //! The SQL of each operation on SQLite, inside the writer's transaction.
+//!
+//! The per-request statements say `OR FAIL`: an error stops the statement without
+//! undoing what it already wrote, so SQLite need not keep a statement journal for it
+//! (with the rollup triggers and the foreign key it otherwise journals every page the
+//! statement touches). Nothing is lost by it: an operation that fails is never
+//! committed, its group is rolled back whole and redone one operation per transaction
+//! (`group.rs`), where a failure rolls its own transaction back.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -54,7 +61,7 @@ fn insert_request(
     let ms = r.received_at.unix_timestamp_nanos() / 1_000_000;
     let sh = r.shape.as_ref();
     tx.prepare_cached(
-        "INSERT INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ingress,
+        "INSERT OR FAIL INTO requests (id, received_at, received_ms, client, policy, plan_id, model, mode, ceiling, worst_case, outcome, error_code, reserved_in, ingress,
                                shape_input_tokens, shape_requested_output, shape_output_bound, shape_choices, shape_stream, shape_tools, shape_media, shape_unbounded)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     )?
@@ -149,7 +156,7 @@ fn admit(
 
 fn begin_attempt(tx: &Connection, a: &NewAttempt) -> Result<(), LedgerError> {
     tx.prepare_cached(
-        "INSERT INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
+        "INSERT OR FAIL INTO attempts (request_id, seq, provider, upstream_model, jurisdiction, started_at, state, billing, worst_case)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'in_flight', 'maybe_billed', ?7)",
     )?
     .execute(params![a.request_id, a.seq, a.provider, a.upstream_model, a.jurisdiction, rfc3339(a.started_at), a.worst_case.to_string()])?;
@@ -159,7 +166,7 @@ fn begin_attempt(tx: &Connection, a: &NewAttempt) -> Result<(), LedgerError> {
 fn finish_attempt(tx: &Connection, r: &AttemptResult) -> Result<(), LedgerError> {
     let n = tx
         .prepare_cached(
-            "UPDATE attempts SET finished_at = ?3, state = 'done', status = ?4, class = ?5, billing = ?6, decision = ?7, reason = ?8,
+            "UPDATE OR FAIL attempts SET finished_at = ?3, state = 'done', status = ?4, class = ?5, billing = ?6, decision = ?7, reason = ?8,
              input_tokens = ?9, output_tokens = ?10, cost = ?11, message = ?12, cost_basis = ?13,
              cache_read_tokens = ?14, cache_write_tokens = ?15, cache_write_5m_tokens = ?16, cache_write_1h_tokens = ?17,
              response_id = ?18, response_items = ?19 WHERE request_id = ?1 AND seq = ?2",
@@ -294,7 +301,7 @@ fn finish_request(
 ) -> Result<(), LedgerError> {
     let held = take_holding(tx, books, &r.request_id)?;
     let n = tx
-        .prepare_cached("UPDATE requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5, reserved_in = NULL WHERE id = ?1")?
+        .prepare_cached("UPDATE OR FAIL requests SET outcome = ?2, error_code = ?3, served_by = ?4, cost = ?5, reserved_in = NULL WHERE id = ?1")?
         .execute(params![r.request_id, r.outcome.as_str(), r.error_code, r.served_by, r.cost.to_string()])?;
     if n == 0 {
         return Err(LedgerError::UnknownRequest(r.request_id.clone()));
