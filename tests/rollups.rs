@@ -531,21 +531,34 @@ async fn the_writers_batched_deltas_count_once_per_committed_group() {
 #[tokio::test]
 async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches() {
     use common::rows::{attempt, day_limit, new_request};
+    use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let db = Db::Sqlite(path.clone());
     let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
-    for i in 0..5 {
-        let id = format!("r{i}");
-        l.admit_with_attempt(
-            new_request(&id, "0.1"),
-            day_limit("100"),
-            attempt(&id, 1, "0.05"),
-        )
-        .await
-        .unwrap();
-    }
+    let l = Arc::new(l);
+    // Admit these requests together, so that they share group commits (batched).
+    let admit_all = |ids: std::ops::Range<u32>| {
+        let calls = ids
+            .map(|i| {
+                let (l, id) = (l.clone(), format!("r{i}"));
+                async move {
+                    l.admit_with_attempt(
+                        new_request(&id, "0.1"),
+                        day_limit("100"),
+                        attempt(&id, 1, "0.05"),
+                    )
+                    .await
+                }
+            })
+            .collect();
+        async move {
+            let admitted = together(calls).await;
+            assert!(admitted.iter().all(Result::is_ok), "{admitted:?}");
+        }
+    };
+    admit_all(0..5).await;
     let plain = rusqlite::Connection::open(&path).unwrap();
     plain
         .execute_batch(
@@ -574,16 +587,7 @@ async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches
     .await;
     assert_rollups_on(&db).await;
     // And the writer still batches after them.
-    for i in 5..8 {
-        let id = format!("r{i}");
-        l.admit_with_attempt(
-            new_request(&id, "0.1"),
-            day_limit("100"),
-            attempt(&id, 1, "0.05"),
-        )
-        .await
-        .unwrap();
-    }
+    admit_all(5..8).await;
     assert_rollups_on(&db).await;
     let counted = db
         .count("SELECT COALESCE(SUM(requests), 0) FROM requests_hourly")
@@ -599,24 +603,7 @@ async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches
          CREATE TRIGGER count_rollup_updates AFTER UPDATE ON requests_hourly BEGIN INSERT INTO rollup_writes VALUES (1); END;",
     )
     .await;
-    let l = std::sync::Arc::new(l);
-    let admitted = together(
-        (8..28)
-            .map(|i| {
-                let (l, id) = (l.clone(), format!("r{i}"));
-                async move {
-                    l.admit_with_attempt(
-                        new_request(&id, "0.1"),
-                        day_limit("100"),
-                        attempt(&id, 1, "0.05"),
-                    )
-                    .await
-                }
-            })
-            .collect(),
-    )
-    .await;
-    assert!(admitted.iter().all(Result::is_ok), "{admitted:?}");
+    admit_all(8..28).await;
     let writes = db.count("SELECT COUNT(*) FROM rollup_writes").await;
     assert!(
         (1..=2).contains(&writes),
