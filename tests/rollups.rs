@@ -406,7 +406,7 @@ where
 
 /// On SQLite the writer adds the rollups' deltas up in memory for the transaction of
 /// each group commit and writes one upsert per key before it commits (#23, migration
-/// 0011). Groups that commit, a group spoiled by one failing operation (rolled back,
+/// 0012). Groups that commit, a group spoiled by one failing operation (rolled back,
 /// then redone one operation per transaction) and a group spoiled by its own rollup
 /// rows (an operator's rule on them that one request breaks) all leave the rollups
 /// equal to the rows. Deltas dropped, written twice, or left over from a rolled-back
@@ -520,7 +520,7 @@ async fn the_writers_batched_deltas_count_once_per_committed_group() {
     assert_eq!(counted, 94);
 }
 
-/// The writer's batched triggers are TEMP triggers of its own connection, and 0011's
+/// The writer's batched triggers are TEMP triggers of its own connection, and 0012's
 /// row triggers stand aside only while the writer's uncommitted `rollup_batching` row
 /// exists. So, with purser's writer open and working, a plain `sqlite3` connection
 /// (no purser functions at all) can still write a request, and its row triggers keep
@@ -610,4 +610,78 @@ async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches
         "{writes} writes of requests_hourly for 20 admissions"
     );
     assert_rollups_on(&db).await;
+}
+
+/// Version 11 was first a batching design that was reverted (its triggers called a
+/// function purser no longer registers); a ledger that ran it is at version 11 with
+/// those triggers. Migration 0012 must bring it back: afterwards purser admits and
+/// finishes requests and the rollups equal the rows. And a flag row committed by
+/// someone else is cleared when purser opens the ledger. Failed before 0012 existed
+/// (admission: "no such function: purser_rollup_batching").
+#[tokio::test]
+async fn a_ledger_that_ran_the_first_0011_is_brought_back_by_0012() {
+    use common::rows::{attempt, closed, day_limit, ended, new_request};
+    use purser::failure::Billing;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let db = Db::Sqlite(path.clone());
+    {
+        let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
+        l.admit_with_attempt(
+            new_request("old", "0.1"),
+            day_limit("100"),
+            attempt("old", 1, "0.05"),
+        )
+        .await
+        .unwrap();
+    }
+    // As a ledger that ran the first 0011 has it (at version 11), plus a stray committed flag.
+    let conn = purser::ledger::connect(&path, &purser::ledger::Options::default()).unwrap();
+    // It drops the triggers of 0009's names (here 0012's) and creates its own.
+    conn.execute_batch(include_str!("fixtures/ledger/sqlite-0011-first.sql"))
+        .unwrap();
+    conn.execute_batch(
+        "DELETE FROM schema_migrations WHERE version = 12;
+         INSERT INTO rollup_batching (one) VALUES (1);",
+    )
+    .unwrap();
+    drop(conn);
+
+    let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
+    let l = std::sync::Arc::new(l);
+    let calls = (0..10)
+        .map(|i| {
+            let (l, id) = (l.clone(), format!("r{i}"));
+            async move {
+                l.admit_with_attempt(
+                    new_request(&id, "0.1"),
+                    day_limit("100"),
+                    attempt(&id, 1, "0.05"),
+                )
+                .await?;
+                l.finish(
+                    ended(&id, 1, Billing::Billed, "0.01"),
+                    closed(&id, Outcome::Served, "0.01", "0.01"),
+                )
+                .await
+            }
+        })
+        .collect();
+    let done = together(calls).await;
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(db.count("SELECT COUNT(*) FROM rollup_batching").await, 0);
+    assert_eq!(
+        db.count(
+            "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'trigger' AND name LIKE '%_batched'"
+        )
+        .await,
+        0
+    );
+    assert_rollups_on(&db).await;
+    assert_eq!(
+        db.count("SELECT COALESCE(SUM(requests), 0) FROM requests_hourly")
+            .await,
+        11
+    );
 }

@@ -1,7 +1,7 @@
--- The writer connection's own rollup triggers (#23, with migration 0011), created as
+-- The writer connection's own rollup triggers (#23, with migration 0012), created as
 -- TEMP triggers when purser opens its writer, so they exist on that connection alone
 -- and call functions only it registers (src/ledger/sqlite/deltas.rs). They fire while
--- the writer's transaction holds its `rollup_batching` row, exactly when 0011's row
+-- the writer's transaction holds its `rollup_batching` row, exactly when 0012's row
 -- triggers stand aside, and hand over the same deltas: the old row leaves its key, the
 -- new row joins its key. The full `attempts_hourly` key is handed over; the lean
 -- table's key is the same without the client, which the writer drops when it writes.

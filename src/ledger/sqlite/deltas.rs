@@ -2,7 +2,7 @@
 //!
 //! The row triggers of migration 0009 upserted two or three rollup rows for every row
 //! the writer changed: about a dozen small statements per request, which halved the
-//! group commit's throughput. Migration 0011 keeps those triggers for every other
+//! group commit's throughput. Migration 0012 keeps those triggers for every other
 //! connection and path, but they stand aside while the writer's transaction holds its
 //! `rollup_batching` row. Then the writer connection's own TEMP triggers (`batched.sql`,
 //! created by `Deltas::install` on that connection alone) hand each row's delta (the
@@ -115,7 +115,7 @@ impl Deltas {
     }
 
     /// A transaction of the writer began: batch from now on. The row that makes the
-    /// batched triggers fire (and 0011's row triggers stand aside) is the transaction's
+    /// batched triggers fire (and 0012's row triggers stand aside) is the transaction's
     /// own, so it can never outlive it.
     pub(super) fn open(&self, tx: &Connection) -> rusqlite::Result<()> {
         {

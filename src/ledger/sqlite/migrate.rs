@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use crate::ledger::LedgerError;
 
 /// (version, name, SQL), in order. Append only: never edit a released migration.
-pub const MIGRATIONS: [(u32, &str, &str); 11] = [
+pub const MIGRATIONS: [(u32, &str, &str); 12] = [
     (
         1,
         "0001_init",
@@ -62,6 +62,11 @@ pub const MIGRATIONS: [(u32, &str, &str); 11] = [
         11,
         "0011_rollup_deltas",
         include_str!("../../../migrations/sqlite/0011_rollup_deltas.sql"),
+    ),
+    (
+        12,
+        "0012_rollup_batching",
+        include_str!("../../../migrations/sqlite/0012_rollup_batching.sql"),
     ),
 ];
 

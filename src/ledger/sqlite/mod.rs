@@ -42,6 +42,9 @@ impl Store {
     pub fn open(path: &Path, opts: &Options) -> Result<(Store, Recovered), LedgerError> {
         let mut conn = connect(path, opts)?;
         migrate::migrate_to(&mut conn, migrate::latest())?;
+        // The writer's batching flag is never committed by purser; one committed by
+        // anyone else would make every connection's row triggers stand aside.
+        conn.execute("DELETE FROM rollup_batching", [])?;
         let recovered = recover::recover(&mut conn)?;
         let bound = checkpoint::start(&mut conn, path, opts)?;
         // After recovery, which writes the rollups row by row like any other path; the

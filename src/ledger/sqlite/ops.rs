@@ -5,7 +5,10 @@
 //! (with the rollup triggers and the foreign key it otherwise journals every page the
 //! statement touches). Nothing is lost by it: an operation that fails is never
 //! committed, its group is rolled back whole and redone one operation per transaction
-//! (`group.rs`), where a failure rolls its own transaction back.
+//! (`group.rs`), where a failure rolls its own transaction back. So every operation
+//! returns at the first SQL error; none may go on writing after one (after some
+//! errors, a full disk among them, SQLite has already rolled the transaction back,
+//! and further statements would each commit on their own).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
