@@ -80,14 +80,26 @@ pub fn sdist() -> Result<PathBuf, String> {
 
 /// The SDK's source tree (its `tests/` included), downloaded once into cargo's target
 /// temp dir: `pip download --no-deps --no-binary :all: NAME==VERSION`.
+///
+/// Tests of one binary ask for it at once (two threads once unpacked into the same
+/// directory together, and tar failed with "Cannot open"), and test binaries may run
+/// side by side (nextest): one thread of a process fetches at a time, into a staging
+/// directory of its own, and the finished tree is moved into place whole.
 pub fn sdist_of(sdk: Sdk) -> Result<PathBuf, String> {
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let Sdk { name, version } = sdk;
     let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-sdist"));
     let tree = base.join(format!("{name}-{version}"));
-    if tree.join("tests/api_resources").is_dir() {
+    let ready = |tree: &Path| tree.join("tests/api_resources").is_dir();
+    let _one = FETCH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if ready(&tree) {
         return Ok(tree);
     }
-    std::fs::create_dir_all(&base).map_err(|e| e.to_string())?;
+    let stage = base.join(format!("staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&stage);
+    std::fs::create_dir_all(&stage).map_err(|e| e.to_string())?;
     let out = Command::new(python())
         .args([
             "-m",
@@ -99,10 +111,10 @@ pub fn sdist_of(sdk: Sdk) -> Result<PathBuf, String> {
         .args(["--no-deps", "--no-binary", ":all:"])
         .arg(format!("{name}=={version}"))
         .arg("-d")
-        .arg(&base)
+        .arg(&stage)
         .output()
         .map_err(|e| e.to_string())?;
-    let archive = base.join(format!("{name}-{version}.tar.gz"));
+    let archive = stage.join(format!("{name}-{version}.tar.gz"));
     if !archive.is_file() {
         return Err(format!(
             "pip download of {name}=={version} failed: {}",
@@ -113,16 +125,22 @@ pub fn sdist_of(sdk: Sdk) -> Result<PathBuf, String> {
         .arg("xzf")
         .arg(&archive)
         .arg("-C")
-        .arg(&base)
+        .arg(&stage)
         .output()
         .map_err(|e| e.to_string())?;
-    if !out.status.success() || !tree.join("tests/api_resources").is_dir() {
+    let staged = stage.join(format!("{name}-{version}"));
+    if !out.status.success() || !ready(&staged) {
         return Err(format!(
             "cannot unpack {}: {}",
             archive.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    // Another process may have moved its tree in first; either tree is the same SDK.
+    if std::fs::rename(&staged, &tree).is_err() && !ready(&tree) {
+        return Err(format!("cannot move {} into place", staged.display()));
+    }
+    let _ = std::fs::remove_dir_all(&stage);
     Ok(tree)
 }
 
