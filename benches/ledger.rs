@@ -122,7 +122,7 @@ fn no_rollups() -> bool {
 }
 
 /// `DROP TRIGGER` for each rollup trigger; `on` names the table where PostgreSQL wants it.
-/// On SQLite these are 0011's row triggers; the writer's own batched TEMP triggers stay
+/// On SQLite these are 0012's row triggers; the writer's own batched TEMP triggers stay
 /// (they live on its connection), so there the difference measured is what the row
 /// triggers' mere presence costs the writer (their WHEN is still evaluated per row).
 fn drop_rollups(on: &str) -> String {

@@ -404,6 +404,20 @@ where
     out
 }
 
+/// Admit request `id` for `model` with its first attempt in flight, under a day budget
+/// of 100: the admission these tests make (owned arguments, so it can be spawned).
+async fn admit_request(
+    l: std::sync::Arc<Ledger>,
+    id: String,
+    model: &'static str,
+) -> Result<(), purser::ledger::LedgerError> {
+    use common::rows::{attempt, day_limit, new_request};
+    let mut r = new_request(&id, "0.1");
+    r.model = model.into();
+    l.admit_with_attempt(r, day_limit("100"), attempt(&id, 1, "0.05"))
+        .await
+}
+
 /// On SQLite the writer adds the rollups' deltas up in memory for the transaction of
 /// each group commit and writes one upsert per key before it commits (#23, migration
 /// 0012). Groups that commit, a group spoiled by one failing operation (rolled back,
@@ -413,7 +427,7 @@ where
 /// group for the next transaction would each break that equality.
 #[tokio::test]
 async fn the_writers_batched_deltas_count_once_per_committed_group() {
-    use common::rows::{attempt, closed, day_limit, ended, new_request};
+    use common::rows::{attempt, closed, ended};
     use purser::failure::Billing;
     use purser::ledger::LedgerError;
     use std::sync::Arc;
@@ -432,14 +446,7 @@ async fn the_writers_batched_deltas_count_once_per_committed_group() {
     .await;
     let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
     let l = Arc::new(l);
-    let admit = |id: String, model: &str| {
-        let (l, mut r) = (l.clone(), new_request(&id, "0.1"));
-        r.model = model.into();
-        async move {
-            l.admit_with_attempt(r, day_limit("100"), attempt(&id, 1, "0.05"))
-                .await
-        }
-    };
+    let admit = |id: String, model: &'static str| admit_request(l.clone(), id, model);
     let requests = || db.count("SELECT COUNT(*) FROM requests");
 
     // One group admits 40 requests, each with its first attempt in flight.
@@ -530,7 +537,6 @@ async fn the_writers_batched_deltas_count_once_per_committed_group() {
 /// rollups would have missed the operator's rows.
 #[tokio::test]
 async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches() {
-    use common::rows::{attempt, day_limit, new_request};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
@@ -541,17 +547,7 @@ async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches
     // Admit these requests together, so that they share group commits (batched).
     let admit_all = |ids: std::ops::Range<u32>| {
         let calls = ids
-            .map(|i| {
-                let (l, id) = (l.clone(), format!("r{i}"));
-                async move {
-                    l.admit_with_attempt(
-                        new_request(&id, "0.1"),
-                        day_limit("100"),
-                        attempt(&id, 1, "0.05"),
-                    )
-                    .await
-                }
-            })
+            .map(|i| admit_request(l.clone(), format!("r{i}"), "m"))
             .collect();
         async move {
             let admitted = together(calls).await;
@@ -620,7 +616,7 @@ async fn writes_from_other_connections_keep_the_rollups_while_the_writer_batches
 /// (admission: "no such function: purser_rollup_batching").
 #[tokio::test]
 async fn a_ledger_that_ran_the_first_0011_is_brought_back_by_0012() {
-    use common::rows::{attempt, closed, day_limit, ended, new_request};
+    use common::rows::{closed, ended};
     use purser::failure::Billing;
 
     let dir = tempfile::tempdir().unwrap();
@@ -628,13 +624,9 @@ async fn a_ledger_that_ran_the_first_0011_is_brought_back_by_0012() {
     let db = Db::Sqlite(path.clone());
     {
         let (l, _) = Ledger::open(&path, purser::ledger::Options::default()).unwrap();
-        l.admit_with_attempt(
-            new_request("old", "0.1"),
-            day_limit("100"),
-            attempt("old", 1, "0.05"),
-        )
-        .await
-        .unwrap();
+        admit_request(std::sync::Arc::new(l), "old".into(), "m")
+            .await
+            .unwrap();
     }
     // As a ledger that ran the first 0011 has it (at version 11), plus a stray committed flag.
     let conn = purser::ledger::connect(&path, &purser::ledger::Options::default()).unwrap();
@@ -654,12 +646,7 @@ async fn a_ledger_that_ran_the_first_0011_is_brought_back_by_0012() {
         .map(|i| {
             let (l, id) = (l.clone(), format!("r{i}"));
             async move {
-                l.admit_with_attempt(
-                    new_request(&id, "0.1"),
-                    day_limit("100"),
-                    attempt(&id, 1, "0.05"),
-                )
-                .await?;
+                admit_request(l.clone(), id.clone(), "m").await?;
                 l.finish(
                     ended(&id, 1, Billing::Billed, "0.01"),
                     closed(&id, Outcome::Served, "0.01", "0.01"),

@@ -57,6 +57,15 @@ struct Pending {
     scratch: Vec<u8>,
 }
 
+impl Pending {
+    /// Nothing added up; batching (`open`) or not.
+    fn reset(&mut self, open: bool) {
+        self.attempts.clear();
+        self.requests.clear();
+        self.open = open;
+    }
+}
+
 /// What a rollup row gains (or loses): attempts, cost and worst case. Signed.
 #[derive(Clone, Copy, Default)]
 struct Sums {
@@ -92,8 +101,8 @@ fn lock(m: &Mutex<Pending>) -> MutexGuard<'_, Pending> {
 }
 
 impl Deltas {
-    /// Register the batching versions of the functions on the writer's connection (in
-    /// place of `register_unbatched`'s).
+    /// Register the functions the batched triggers call on the writer's connection, and
+    /// create those TEMP triggers there (`batched.sql`).
     pub(super) fn install(conn: &Connection) -> rusqlite::Result<Deltas> {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let p = pending.clone();
@@ -118,12 +127,7 @@ impl Deltas {
     /// batched triggers fire (and 0012's row triggers stand aside) is the transaction's
     /// own, so it can never outlive it.
     pub(super) fn open(&self, tx: &Connection) -> rusqlite::Result<()> {
-        {
-            let mut p = lock(&self.pending);
-            p.attempts.clear();
-            p.requests.clear();
-            p.open = true;
-        }
+        lock(&self.pending).reset(true);
         tx.prepare_cached("INSERT INTO rollup_batching (one) VALUES (1)")?
             .execute([])?;
         Ok(())
@@ -132,10 +136,7 @@ impl Deltas {
     /// The transaction ended, committed or rolled back: whatever is left belongs to
     /// it and goes with it, and the triggers write row by row again.
     pub(super) fn close(&self) {
-        let mut p = lock(&self.pending);
-        p.attempts.clear();
-        p.requests.clear();
-        p.open = false;
+        lock(&self.pending).reset(false);
     }
 
     /// Write what the transaction's rows added up to, one statement per key (two for a

@@ -184,8 +184,9 @@ fn apply_group(
 /// CPU in the gateway benchmark). Rolled back when dropped uncommitted.
 ///
 /// While it is open the writer's TEMP rollup triggers batch their deltas in `deltas`
-/// (migration 0012, `batched.sql`); they are written just before COMMIT, and dropped with the transaction
-/// whether it commits or not, so none outlives the transaction that made it.
+/// (migration 0012, `batched.sql`); they are written just before COMMIT, and dropped
+/// with the transaction whether it commits or not, so none outlives the transaction
+/// that made it.
 struct Tx<'c> {
     conn: &'c Connection,
     deltas: &'c Deltas,
