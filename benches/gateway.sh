@@ -10,7 +10,9 @@
 #    with PURSER_BENCH_POSTGRES or PURSER_TEST_POSTGRES set to a PostgreSQL URL);
 # 3. a 200 ms mock (the shape of an LLM call, shorter) at c = 1024: proxy-floor and purser
 #    (PURSER_BENCH_SKIP_SLOW=1 skips it);
-# 4. purser ÷ floor and the aims of issue #23 (benches/harness/lib/aims.py).
+# 4. purser ÷ floor and the aims of issue #23 (benches/harness/lib/aims.py);
+# 5. the ledger's floor (benches/gateway/ledger_floor.rs): the least two SQLite commits
+#    per request cost on the ledger's disk, run before the load in step 1's directory.
 #
 # proxy-floor (benches/gateway/proxy_floor.rs) is axum handing bodies to reqwest and
 # back with nothing else, on purser's runtime shape and allocator: what the stack costs
@@ -22,7 +24,7 @@ HARNESS=${PURSER_BENCH_HARNESS:-benches/harness}
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "benches/gateway.sh: $tool is missing; run $HARNESS/install-tools.sh" >&2; exit 2; }
 done
-cargo build --release --locked --quiet --bin purser --example proxy-floor
+cargo build --release --locked --quiet --bin purser --example proxy-floor --example ledger-floor
 # c = 1024 needs that many sockets in wrk, the gateway and the mock at once.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 port=${PURSER_BENCH_PORT:-18100}
@@ -36,6 +38,10 @@ mkdir -p "$out"
 
 python3 "$HARNESS/lib/fsync.py" "$ledger_dir" > "$out/fsync.txt"
 echo "ledger filesystem ($ledger_dir): $(cat "$out/fsync.txt")" >&2
+# What the write-ahead alone costs on that disk, with no schema of purser's (issue #23's
+# latency aims leave 0.10 ms over the floor and one fsync).
+target/release/examples/ledger-floor "$ledger_dir" > "$out/ledger-floor.txt"
+cat "$out/ledger-floor.txt" >&2
 
 floor=(--extra proxy-floor "http://127.0.0.1:$floor_port/v1/chat/completions"
        --extra-cmd proxy-floor "target/release/examples/proxy-floor 127.0.0.1:$floor_port")
@@ -63,4 +69,5 @@ fi
 
 python3 "$HARNESS/lib/aims.py" "$out/instant/results.csv" "$slow_csv" "$out/fsync.txt" \
   | tee "$out/aims.md"
+{ echo; echo '```'; cat "$out/ledger-floor.txt"; echo '```'; } | tee -a "$out/aims.md"
 echo "results: $out" >&2

@@ -1,0 +1,172 @@
+//! The ledger's floor: the least a write-ahead ledger on SQLite costs per request on
+//! this machine's disk, whatever its schema. Each request is two transactions, as
+//! DESIGN's write-ahead rule needs: one inserting the request and its attempt, fsynced
+//! before the call (`synchronous = FULL`), and one recording how it ended, written to
+//! the OS only (`NORMAL`; the next fsync covers it). Two bare tables keyed by their
+//! primary keys: no other index, no budget, no rollup, no trigger. The WAL is reused
+//! as purser's is (a `RESTART` checkpoint every 256 groups), so no fsync also writes
+//! a new file size.
+//!
+//! It prints, beside the fsync time of a 4 kB synced write on the same disk:
+//! - one request at a time (purser at c = 1): the time and CPU its two commits take;
+//! - groups of 20 (purser's group commits at c = 64): CPU per request.
+//!
+//! Issue #23's aims leave purser the floor + one fsync + 0.10 ms at p50 at c = 1, and
+//! half the floor's CPU at c = 64; this says how much of that the write-ahead alone takes.
+//! Run: cargo run --release --example ledger-floor [DIR]  (benches/gateway.sh runs it
+//! in the ledger's directory; DIR defaults to the current one)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, params};
+
+/// This thread's CPU time, user and system (`/proc/thread-self/schedstat`, ns).
+fn cpu() -> Duration {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    Duration::from_nanos(s.split_whitespace().next().unwrap().parse().unwrap())
+}
+
+fn quantile(sorted: &[Duration], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+/// p50 and p99 (ms) of a 4 kB write then fsync, over the same 20 blocks.
+fn fsync_ms(dir: &std::path::Path) -> (f64, f64) {
+    let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
+    f.write_all(&[0u8; 20 * 4096]).unwrap();
+    f.sync_all().unwrap();
+    let mut t = Vec::with_capacity(2000);
+    for i in 0..2000u64 {
+        use std::os::unix::fs::FileExt;
+        f.write_at(&[i as u8; 4096], (i % 20) * 4096).unwrap();
+        let s = Instant::now();
+        f.sync_all().unwrap();
+        t.push(s.elapsed());
+    }
+    t.sort();
+    (quantile(&t, 0.5), quantile(&t, 0.99))
+}
+
+fn open(dir: &std::path::Path) -> Connection {
+    let c = Connection::open(dir.join("floor.db")).unwrap();
+    c.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+         CREATE TABLE requests (id TEXT PRIMARY KEY, received_at TEXT NOT NULL, policy TEXT NOT NULL,
+                                outcome TEXT NOT NULL, cost TEXT NOT NULL) WITHOUT ROWID;
+         CREATE TABLE attempts (request_id TEXT NOT NULL, seq INTEGER NOT NULL, provider TEXT NOT NULL,
+                                started_at TEXT NOT NULL, billing TEXT NOT NULL, cost TEXT NOT NULL,
+                                PRIMARY KEY (request_id, seq)) WITHOUT ROWID;",
+    )
+    .unwrap();
+    // A ledger that is not new: its B-trees have depth, its pages are cached.
+    c.execute_batch("BEGIN").unwrap();
+    for k in 0..30_000 {
+        c.prepare_cached(
+            "INSERT INTO requests VALUES (?1, '2026-12-02T04:00:00.000Z', 'bench', 'served', '0')",
+        )
+        .unwrap()
+        .execute(params![format!("00WARM{k:020}")])
+        .unwrap();
+    }
+    c.execute_batch("COMMIT").unwrap();
+    restart(&c);
+    c
+}
+
+fn run(c: &Connection, sql: &str) {
+    c.prepare_cached(sql).unwrap().execute([]).unwrap();
+}
+
+fn restart(c: &Connection) {
+    c.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
+        .unwrap();
+}
+
+/// `n` requests in groups of `group`; each group's two commits timed together.
+/// Returns (CPU per request, the groups' times sorted).
+fn requests(c: &Connection, first: usize, n: usize, group: usize) -> (Duration, Vec<Duration>) {
+    let mut times = Vec::with_capacity(n / group);
+    let start = cpu();
+    for (g, at) in (first..first + n).step_by(group).enumerate() {
+        let t = Instant::now();
+        run(c, "PRAGMA synchronous = FULL");
+        run(c, "BEGIN IMMEDIATE");
+        for k in at..at + group {
+            let id = format!("01JREQ{k:020}");
+            c.prepare_cached("INSERT INTO requests VALUES (?1, '2026-12-02T04:00:00.000Z', 'bench', 'in_flight', '0')")
+                .unwrap()
+                .execute(params![id])
+                .unwrap();
+            c.prepare_cached("INSERT INTO attempts VALUES (?1, 1, 'p', '2026-12-02T04:00:00.000Z', 'maybe_billed', '0')")
+                .unwrap()
+                .execute(params![id])
+                .unwrap();
+        }
+        run(c, "COMMIT");
+        run(c, "PRAGMA synchronous = NORMAL");
+        run(c, "BEGIN IMMEDIATE");
+        for k in at..at + group {
+            let id = format!("01JREQ{k:020}");
+            c.prepare_cached("UPDATE attempts SET billing = 'billed', cost = '0.000123' WHERE request_id = ?1 AND seq = 1")
+                .unwrap()
+                .execute(params![id])
+                .unwrap();
+            c.prepare_cached(
+                "UPDATE requests SET outcome = 'served', cost = '0.000123' WHERE id = ?1",
+            )
+            .unwrap()
+            .execute(params![id])
+            .unwrap();
+        }
+        run(c, "COMMIT");
+        times.push(t.elapsed());
+        if g % 256 == 255 {
+            restart(c);
+        }
+    }
+    let per = (cpu() - start) / u32::try_from(n).unwrap();
+    times.sort();
+    (per, times)
+}
+
+fn main() {
+    let base = std::env::args().nth(1).unwrap_or_else(|| ".".into());
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let c = open(dir.path());
+    let (f50, f99) = fsync_ms(dir.path());
+    println!(
+        "ledger floor (two bare tables, two commits per request, one fsync), {}",
+        dir.path().display()
+    );
+    println!("  fsync of 4 kB on this disk: p50 {f50:.3} ms, p99 {f99:.3} ms");
+    // Rounds interleaved: this machine's disk and neighbours are noisy.
+    let (mut one, mut grouped) = (Vec::new(), Vec::new());
+    let mut next = 0;
+    for _ in 0..3 {
+        let (cpu1, t1) = requests(&c, next, 10_000, 1);
+        next += 10_000;
+        one.push((cpu1, quantile(&t1, 0.5), quantile(&t1, 0.99)));
+        let (cpu20, _) = requests(&c, next, 40_000, 20);
+        next += 40_000;
+        grouped.push(cpu20);
+    }
+    one.sort_by(|a, b| a.1.total_cmp(&b.1));
+    grouped.sort();
+    let (cpu1, p50, p99) = one[1];
+    println!(
+        "  one request at a time: p50 {p50:.3} ms, p99 {p99:.3} ms, {:.0} µs CPU per request",
+        cpu1.as_secs_f64() * 1e6
+    );
+    println!(
+        "    beyond one fsync: {:.3} ms at p50 (issue #23 leaves purser 0.10 ms over the floor and one fsync)",
+        p50 - f50
+    );
+    println!(
+        "  groups of 20: {:.1} µs CPU per request (median of 3 rounds)",
+        grouped[1].as_secs_f64() * 1e6
+    );
+}
