@@ -26,7 +26,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
@@ -92,6 +92,10 @@ struct Durable {
     last_unsynced: AtomicU64,
     /// fsyncs the checkpointer made for unsynced groups.
     fsyncs: AtomicU64,
+    /// Set by the WAL hook when a commit wrote frames; taken by the next group's count.
+    /// A transaction that changed nothing writes no frame and fsyncs nothing, even at
+    /// `synchronous = FULL` (a refused top-up, say): it covers no earlier group.
+    wrote_frames: AtomicBool,
 }
 
 /// The writer's side: how many pages its WAL held after its last commit, and which of
@@ -107,6 +111,7 @@ impl Bound {
     /// After a group committed without an fsync: the checkpointer fsyncs the WAL soon,
     /// unless a synced group covers this one first.
     pub fn commit_unsynced(&self) {
+        self.durable.wrote_frames.store(false, Ordering::Relaxed);
         let g = self.durable.groups.fetch_add(1, Ordering::AcqRel) + 1;
         self.durable.last_unsynced.store(g, Ordering::Release);
         wake(&self.wake);
@@ -115,7 +120,9 @@ impl Bound {
     /// After a group committed with an fsync, which made every earlier commit durable too.
     pub fn commit_synced(&self) {
         let g = self.durable.groups.fetch_add(1, Ordering::AcqRel) + 1;
-        self.durable.synced.fetch_max(g, Ordering::AcqRel);
+        if self.durable.wrote_frames.swap(false, Ordering::Relaxed) {
+            self.durable.synced.fetch_max(g, Ordering::AcqRel);
+        }
     }
 
     /// After a group's commit: past the bound, try to make the WAL start over (see the
@@ -163,6 +170,7 @@ fn start_with(
     // One pending wake-up is enough: the checkpointer reads what to do from the atomics.
     let (waker, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let seen = pages.clone();
+    let wrote = durable.clone();
     let wake_hook = waker.clone();
     // Replaces SQLite's automatic checkpoint (which is itself a WAL hook). Runs inside
     // each commit on the writer's thread, so it does no more than an atomic store and
@@ -170,6 +178,7 @@ fn start_with(
     writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, n: i32| {
         let n = u32::try_from(n).unwrap_or(0);
         seen.store(n, Ordering::Relaxed);
+        wrote.wrote_frames.store(true, Ordering::Relaxed);
         if n >= marks.passive {
             wake(&wake_hook);
         }
@@ -325,6 +334,9 @@ mod tests {
         let delay = Duration::from_secs(1);
         let (conn, bound) = writer(&dir, delay);
         commit(&conn, &bound, false);
+        // Let the checkpointer take the first ending as its target before the next two
+        // commits, as at c = 1 (else it may wake for the second ending and rightly sync it).
+        std::thread::sleep(delay / 10);
         commit(&conn, &bound, true);
         commit(&conn, &bound, false);
         // Past the first ending's delay, before the second's (which starts when the
@@ -334,5 +346,24 @@ mod tests {
         std::thread::sleep(delay * 2);
         assert_eq!(bound.durable.fsyncs.load(Ordering::Relaxed), 0);
         assert_eq!(bound.durable.synced.load(Ordering::Acquire), 4);
+    }
+
+    /// A synced group that wrote nothing (a refused top-up alone) did not fsync: the
+    /// ending before it still gets the checkpointer's fsync.
+    #[test]
+    fn a_synced_group_that_wrote_nothing_covers_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (conn, bound) = writer(&dir, Duration::from_millis(200));
+        commit(&conn, &bound, false);
+        conn.execute("UPDATE t SET x = 2 WHERE x = 99", []).unwrap();
+        bound.commit_synced();
+        let start = std::time::Instant::now();
+        while bound.durable.fsyncs.load(Ordering::Relaxed) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the ending was never fsynced"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
