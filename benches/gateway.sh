@@ -40,7 +40,8 @@ python3 "$HARNESS/lib/fsync.py" "$ledger_dir" > "$out/fsync.txt"
 echo "ledger filesystem ($ledger_dir): $(cat "$out/fsync.txt")" >&2
 # What the write-ahead alone costs on that disk, with no schema of purser's (issue #23's
 # latency aims leave 0.10 ms over the floor and one fsync).
-target/release/examples/ledger-floor "$ledger_dir" > "$out/ledger-floor.txt"
+fsync_p50=$(sed -n 's/.*fsync_p50_ms=\([0-9.]*\).*/\1/p' "$out/fsync.txt")
+target/release/examples/ledger-floor "$ledger_dir" "$fsync_p50" > "$out/ledger-floor.txt"
 cat "$out/ledger-floor.txt" >&2
 
 floor=(--extra proxy-floor "http://127.0.0.1:$floor_port/v1/chat/completions"

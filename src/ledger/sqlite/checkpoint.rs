@@ -312,16 +312,24 @@ mod tests {
         }
     }
 
+    /// Wait (10 s at most) for the checkpointer's first fsync of an unsynced group.
+    fn await_checkpointer_fsync(bound: &Bound) {
+        let start = std::time::Instant::now();
+        while bound.durable.fsyncs.load(Ordering::Relaxed) == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the checkpointer never fsynced the unsynced group"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn an_unsynced_commit_left_alone_is_fsynced_by_the_checkpointer() {
         let dir = tempfile::tempdir().unwrap();
         let (conn, bound) = writer(&dir, Duration::from_millis(20));
         commit(&conn, &bound, false);
-        let start = std::time::Instant::now();
-        while bound.durable.fsyncs.load(Ordering::Relaxed) == 0 {
-            assert!(start.elapsed() < Duration::from_secs(10), "never fsynced");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        await_checkpointer_fsync(&bound);
         assert!(bound.durable.synced.load(Ordering::Acquire) >= 1);
     }
 
@@ -357,13 +365,6 @@ mod tests {
         commit(&conn, &bound, false);
         conn.execute("UPDATE t SET x = 2 WHERE x = 99", []).unwrap();
         bound.commit_synced();
-        let start = std::time::Instant::now();
-        while bound.durable.fsyncs.load(Ordering::Relaxed) == 0 {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the ending was never fsynced"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        await_checkpointer_fsync(&bound);
     }
 }
