@@ -26,7 +26,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
@@ -76,14 +76,14 @@ impl Marks {
 
 /// Which of the writer's groups are durable. Groups are numbered in commit order; an
 /// fsync makes every group committed before it durable. The checkpointer fsyncs a group
-/// left unsynced only if no later fsync (the syncer's, `syncer.rs`) has covered it: a
-/// flag ("something is unsynced") cannot tell the group it was woken for from a newer
-/// one, and at c = 1, where the last commit is nearly always a request's unsynced
-/// ending, it fsynced every 5 ms what the next admission had already made durable:
-/// 91-101 fsyncs in 7 s (about one per 85 requests; strace on the checkpointer thread
-/// alone), each one contending for the disk with an admission's. Numbered, 1 in 7 s.
+/// left unsynced only if no later synced group has covered it: a flag ("something is
+/// unsynced") cannot tell the group it was woken for from a newer one, and at c = 1,
+/// where the last commit is nearly always a request's unsynced ending, it fsynced every
+/// 5 ms what the next admission had already made durable: 91-101 fsyncs in 7 s (about
+/// one per 85 requests; strace on the checkpointer thread alone), each one contending
+/// for the disk with an admission's. Numbered, 1 in 7 s.
 #[derive(Default)]
-pub struct Durable {
+struct Durable {
     /// Groups committed (the number of the last one).
     groups: AtomicU64,
     /// Every group up to this one is fsynced.
@@ -92,18 +92,10 @@ pub struct Durable {
     last_unsynced: AtomicU64,
     /// fsyncs the checkpointer made for unsynced groups.
     fsyncs: AtomicU64,
-}
-
-impl Durable {
-    /// The number of the last group committed.
-    pub fn committed(&self) -> u64 {
-        self.groups.load(Ordering::Acquire)
-    }
-
-    /// An fsync that began after group `g` was counted has ended.
-    pub fn synced_through(&self, g: u64) {
-        self.synced.fetch_max(g, Ordering::AcqRel);
-    }
+    /// Set by the WAL hook when a commit wrote frames; taken by the next group's count.
+    /// A transaction that changed nothing writes no frame and fsyncs nothing, even at
+    /// `synchronous = FULL` (a refused top-up, say): it covers no earlier group.
+    wrote_frames: AtomicBool,
 }
 
 /// The writer's side: how many pages its WAL held after its last commit, and which of
@@ -113,30 +105,24 @@ pub struct Bound {
     restart: u32,
     durable: Arc<Durable>,
     wake: SyncSender<()>,
-    wal: std::path::PathBuf,
 }
 
 impl Bound {
-    /// After a group committed without an fsync and with no reply waiting on one: the
-    /// checkpointer fsyncs the WAL soon, unless the syncer covers this group first.
+    /// After a group committed without an fsync: the checkpointer fsyncs the WAL soon,
+    /// unless a synced group covers this one first.
     pub fn commit_unsynced(&self) {
+        self.durable.wrote_frames.store(false, Ordering::Relaxed);
         let g = self.durable.groups.fetch_add(1, Ordering::AcqRel) + 1;
         self.durable.last_unsynced.store(g, Ordering::Release);
         wake(&self.wake);
     }
 
-    /// After a group committed without an fsync whose replies the syncer holds: its
-    /// fsync covers the group (and every one before it).
-    pub fn commit_awaited(&self) {
-        self.durable.groups.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn durable(&self) -> Arc<Durable> {
-        self.durable.clone()
-    }
-
-    pub fn wal_path(&self) -> &Path {
-        &self.wal
+    /// After a group committed with an fsync, which made every earlier commit durable too.
+    pub fn commit_synced(&self) {
+        let g = self.durable.groups.fetch_add(1, Ordering::AcqRel) + 1;
+        if self.durable.wrote_frames.swap(false, Ordering::Relaxed) {
+            self.durable.synced.fetch_max(g, Ordering::AcqRel);
+        }
     }
 
     /// After a group's commit: past the bound, try to make the WAL start over (see the
@@ -184,6 +170,7 @@ fn start_with(
     // One pending wake-up is enough: the checkpointer reads what to do from the atomics.
     let (waker, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let seen = pages.clone();
+    let wrote = durable.clone();
     let wake_hook = waker.clone();
     // Replaces SQLite's automatic checkpoint (which is itself a WAL hook). Runs inside
     // each commit on the writer's thread, so it does no more than an atomic store and
@@ -191,6 +178,7 @@ fn start_with(
     writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, n: i32| {
         let n = u32::try_from(n).unwrap_or(0);
         seen.store(n, Ordering::Relaxed);
+        wrote.wrote_frames.store(true, Ordering::Relaxed);
         if n >= marks.passive {
             wake(&wake_hook);
         }
@@ -213,7 +201,6 @@ fn start_with(
         restart: marks.restart,
         durable,
         wake: waker,
-        wal: wal_path(path),
     })
 }
 
@@ -293,7 +280,6 @@ impl Checkpointer {
 
 #[cfg(test)]
 mod tests {
-    use super::super::syncer::{Held, Syncer};
     use super::*;
 
     #[test]
@@ -307,36 +293,20 @@ mod tests {
         assert_eq!(small.passive, 127);
     }
 
-    /// A writer connection on a new ledger file, with its checkpointer waiting `delay`
-    /// and its syncer; it commits at `NORMAL`, as the writer does.
-    fn writer(dir: &tempfile::TempDir, delay: Duration) -> (Connection, Bound, Syncer) {
+    /// A writer connection on a new ledger file, with its checkpointer waiting `delay`.
+    fn writer(dir: &tempfile::TempDir, delay: Duration) -> (Connection, Bound) {
         let path = dir.path().join("l.db");
         let opts = Options::default();
         let mut conn = super::super::connect(&path, &opts).unwrap();
         conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
         let bound = start_with(&mut conn, &path, &opts, delay).unwrap();
-        conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
-        let syncer = Syncer::start(&bound).unwrap();
-        (conn, bound, syncer)
+        (conn, bound)
     }
 
-    /// A group held for the syncer: its reply, once it comes.
-    fn hold_one(bound: &Bound, syncer: &Syncer) -> Result<(), LedgerError> {
-        bound.commit_awaited();
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        syncer.hold(vec![Held {
-            reply,
-            result: Ok(()),
-        }]);
-        rx.blocking_recv().unwrap()
-    }
-
-    /// An insert, then: `awaited`, a reply held until the syncer's fsync covers it (as
-    /// for an admission); else a group left to the checkpointer (an ending).
-    fn commit(conn: &Connection, bound: &Bound, syncer: &Syncer, awaited: bool) {
+    fn commit(conn: &Connection, bound: &Bound, synced: bool) {
         conn.execute("INSERT INTO t VALUES (1)", []).unwrap();
-        if awaited {
-            hold_one(bound, syncer).unwrap();
+        if synced {
+            bound.commit_synced();
         } else {
             bound.commit_unsynced();
         }
@@ -357,63 +327,44 @@ mod tests {
     #[test]
     fn an_unsynced_commit_left_alone_is_fsynced_by_the_checkpointer() {
         let dir = tempfile::tempdir().unwrap();
-        let (conn, bound, syncer) = writer(&dir, Duration::from_millis(20));
-        commit(&conn, &bound, &syncer, false);
+        let (conn, bound) = writer(&dir, Duration::from_millis(20));
+        commit(&conn, &bound, false);
         await_checkpointer_fsync(&bound);
         assert!(bound.durable.synced.load(Ordering::Acquire) >= 1);
     }
 
-    /// The shape of c = 1: an unsynced ending, the next admission (fsynced by the
-    /// syncer), the next ending. The first ending is covered by the admission's fsync;
-    /// the checkpointer must not fsync for it although something is unsynced when its
-    /// delay ends. (A flag did.)
+    /// The shape of c = 1: an unsynced ending, the next admission (synced), the next
+    /// ending. The first ending is covered by the admission; the checkpointer must not
+    /// fsync for it although something is unsynced when its delay ends. (A flag did.)
     #[test]
     fn an_unsynced_commit_covered_by_a_synced_one_costs_no_fsync() {
         let dir = tempfile::tempdir().unwrap();
         let delay = Duration::from_secs(1);
-        let (conn, bound, syncer) = writer(&dir, delay);
-        commit(&conn, &bound, &syncer, false);
+        let (conn, bound) = writer(&dir, delay);
+        commit(&conn, &bound, false);
         // Let the checkpointer take the first ending as its target before the next two
         // commits, as at c = 1 (else it may wake for the second ending and rightly sync it).
         std::thread::sleep(delay / 10);
-        commit(&conn, &bound, &syncer, true);
-        commit(&conn, &bound, &syncer, false);
+        commit(&conn, &bound, true);
+        commit(&conn, &bound, false);
         // Past the first ending's delay, before the second's (which starts when the
         // first's ends): the next admission covers the second ending too.
         std::thread::sleep(delay + delay / 2);
-        commit(&conn, &bound, &syncer, true);
+        commit(&conn, &bound, true);
         std::thread::sleep(delay * 2);
         assert_eq!(bound.durable.fsyncs.load(Ordering::Relaxed), 0);
         assert_eq!(bound.durable.synced.load(Ordering::Acquire), 4);
     }
 
-    /// A held reply comes only after an fsync that began once its group was counted:
-    /// by the time the caller has it, its group is durable.
+    /// A synced group that wrote nothing (a refused top-up alone) did not fsync: the
+    /// ending before it still gets the checkpointer's fsync.
     #[test]
-    fn a_held_reply_comes_after_the_fsync_that_covers_its_group() {
+    fn a_synced_group_that_wrote_nothing_covers_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let (conn, bound, syncer) = writer(&dir, Duration::from_secs(60));
-        for g in 1..=20 {
-            conn.execute("INSERT INTO t VALUES (1)", []).unwrap();
-            hold_one(&bound, &syncer).unwrap();
-            assert!(bound.durable.synced.load(Ordering::Acquire) >= g);
-        }
-    }
-
-    /// An fsync that fails (here: the WAL's name was unlinked, so it cannot be opened)
-    /// refuses the replies it held: their calls are never made on a row that may not
-    /// be on disk.
-    #[test]
-    fn a_failed_fsync_refuses_the_held_replies() {
-        let dir = tempfile::tempdir().unwrap();
-        let (conn, bound, syncer) = writer(&dir, Duration::from_secs(60));
-        conn.execute("INSERT INTO t VALUES (1)", []).unwrap();
-        std::fs::remove_file(bound.wal_path()).unwrap();
-        let r = hold_one(&bound, &syncer);
-        assert!(
-            matches!(r, Err(LedgerError::Unavailable(ref m)) if m.contains("could not be made durable")),
-            "{r:?}"
-        );
-        assert_eq!(bound.durable.synced.load(Ordering::Acquire), 0);
+        let (conn, bound) = writer(&dir, Duration::from_millis(200));
+        commit(&conn, &bound, false);
+        conn.execute("UPDATE t SET x = 2 WHERE x = 99", []).unwrap();
+        bound.commit_synced();
+        await_checkpointer_fsync(&bound);
     }
 }

@@ -11,7 +11,6 @@ use super::books::Books;
 use super::checkpoint::Bound;
 use super::deltas::Deltas;
 use super::ops::apply_op;
-use super::syncer::{Held, Syncer};
 use crate::ledger::{LedgerError, Op};
 
 /// Most operations committed together; bounds the latency one commit adds.
@@ -36,22 +35,24 @@ pub struct Writer {
     /// Keeps the WAL bounded (checkpoints themselves run on their own thread), and
     /// fsyncs what a group left unsynced.
     wal: Bound,
-    /// Full durability: the replies a call waits on are held until an fsync covers
-    /// their group (`syncer.rs`). None under normal durability.
-    syncer: Option<Syncer>,
+    /// Full durability: groups that hold an operation a call waits on are fsynced.
+    full: bool,
+    /// Whether the connection is at `synchronous = FULL` now (read and changed only
+    /// under the connection's lock).
+    at_full: AtomicBool,
 }
 
 impl Writer {
-    /// `syncer`: full durability. The connection commits at `synchronous = NORMAL`
-    /// either way; under full durability the syncer's fsync does what `FULL` would.
-    pub fn new(conn: Connection, deltas: Deltas, wal: Bound, syncer: Option<Syncer>) -> Self {
+    /// `full`: the connection was opened at `synchronous = FULL`.
+    pub fn new(conn: Connection, deltas: Deltas, wal: Bound, full: bool) -> Self {
         Writer {
             queue: Mutex::new(Vec::new()),
             conn: Mutex::new((conn, Books::default())),
             deltas,
             writable: AtomicBool::new(true),
             wal,
-            syncer,
+            full,
+            at_full: AtomicBool::new(full),
         }
     }
 
@@ -98,47 +99,57 @@ impl Writer {
     }
 
     fn commit(&self, conn: &mut Connection, books: &mut Books, group: Vec<Envelope>) {
-        let results = apply_group(conn, books, &self.deltas, &group);
+        // Under full durability, a group of completions only (no call waits on them) is
+        // committed without its fsync, which the next synced group or the checkpointer
+        // provides (see `Op::durable_before_reply`): one fsync per request at low load
+        // instead of two.
+        let synced = self.full && group.iter().any(|e| e.op.durable_before_reply());
+        let results = match self.set_synced(conn, synced) {
+            Ok(()) => apply_group(conn, books, &self.deltas, &group),
+            Err(e) => group
+                .iter()
+                .map(|_| Err(LedgerError::Sqlite(clone_err(&e))))
+                .collect(),
+        };
         // Refusals of the operation itself (a budget, an unknown id) say nothing about
         // the disk; an SQLite failure of every operation does.
         let wrote = results
             .iter()
             .any(|r| !r.as_ref().is_err_and(LedgerError::is_transient));
         self.writable.store(wrote, Ordering::Relaxed);
-        match &self.syncer {
-            // Under full durability a call waits for its operation's fsync (see
-            // `Op::durable_before_reply`); a group of completions only is fsynced soon
-            // after by the checkpointer, unless the syncer covers it first: one fsync
-            // per request at low load instead of two.
-            Some(syncer) if wrote => {
-                let mut held = Vec::new();
-                for (env, result) in group.into_iter().zip(results) {
-                    if env.op.durable_before_reply() {
-                        held.push(Held {
-                            reply: env.reply,
-                            result,
-                        });
-                    } else {
-                        let _ = env.reply.send(result);
-                    }
-                }
-                if held.is_empty() {
-                    self.wal.commit_unsynced();
-                } else {
-                    // Counted before the syncer can see the replies, so its fsync covers it.
-                    self.wal.commit_awaited();
-                    syncer.hold(held);
-                }
-            }
-            // Nothing was written, or nothing needs an fsync before its reply.
-            Some(_) | None => {
-                for (env, result) in group.into_iter().zip(results) {
-                    let _ = env.reply.send(result);
-                }
+        for (env, res) in group.into_iter().zip(results) {
+            let _ = env.reply.send(res);
+        }
+        if self.full && wrote {
+            if self.at_full.load(Ordering::Relaxed) {
+                self.wal.commit_synced();
+            } else {
+                self.wal.commit_unsynced();
             }
         }
         // After the replies: the group's callers need not wait for it.
         self.wal.after_commit(conn);
+    }
+
+    /// Put the connection at `synchronous = FULL` (`synced`) or `NORMAL` for the next
+    /// group. Only under full durability; a failure to relax keeps it at `FULL`.
+    fn set_synced(&self, conn: &Connection, synced: bool) -> rusqlite::Result<()> {
+        if !self.full || self.at_full.load(Ordering::Relaxed) == synced {
+            return Ok(());
+        }
+        let sql = if synced {
+            "PRAGMA synchronous = FULL"
+        } else {
+            "PRAGMA synchronous = NORMAL"
+        };
+        match conn.prepare_cached(sql).and_then(|mut st| st.execute([])) {
+            Ok(_) => {
+                self.at_full.store(synced, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(_) if !synced => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -18,7 +18,6 @@ pub mod recorded;
 mod recover;
 mod rollup;
 pub mod series;
-mod syncer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,16 +50,14 @@ impl Store {
         // After recovery, which writes the rollups row by row like any other path; the
         // TEMP triggers it creates live on the writer's connection alone.
         let deltas = deltas::Deltas::install(&conn)?;
-        // The writer's commits do not fsync; under full durability the syncer does,
-        // off the committing thread, before any reply a call waits on (`syncer.rs`).
-        let syncer = match opts.sync {
-            Sync::Full => Some(syncer::Syncer::start(&bound)?),
-            Sync::Normal => None,
-        };
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok((
             Store {
-                writer: Some(Arc::new(group::Writer::new(conn, deltas, bound, syncer))),
+                writer: Some(Arc::new(group::Writer::new(
+                    conn,
+                    deltas,
+                    bound,
+                    opts.sync == Sync::Full,
+                ))),
                 path: path.to_path_buf(),
             },
             recovered,
