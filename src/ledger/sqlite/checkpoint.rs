@@ -186,7 +186,7 @@ fn start_with(
     }))?;
     let thread = Checkpointer {
         conn,
-        wal: wal_path(path),
+        wal: wal_path(writer, path),
         pages: pages.clone(),
         durable: durable.clone(),
         passive: marks.passive,
@@ -210,8 +210,14 @@ fn wake(w: &SyncSender<()>) {
     }
 }
 
-fn wal_path(db: &Path) -> std::path::PathBuf {
-    let mut name = db.as_os_str().to_owned();
+/// The WAL file SQLite writes: named after the database file as SQLite resolved it
+/// (a ledger opened through a symbolic link has its WAL beside the link's target, not
+/// beside the link: fsyncing `<link>-wal` would fail, or sync a stale file).
+fn wal_path(writer: &Connection, db: &Path) -> std::path::PathBuf {
+    let mut name = match writer.path() {
+        Some(resolved) if !resolved.is_empty() => std::ffi::OsString::from(resolved),
+        _ => db.as_os_str().to_owned(),
+    };
     name.push("-wal");
     name.into()
 }
@@ -365,6 +371,27 @@ mod tests {
         commit(&conn, &bound, false);
         conn.execute("UPDATE t SET x = 2 WHERE x = 99", []).unwrap();
         bound.commit_synced();
+        await_checkpointer_fsync(&bound);
+    }
+
+    /// A ledger opened through a symbolic link: SQLite writes its WAL beside the link's
+    /// target, and that is the file the checkpointer must fsync (`<link>-wal` does not
+    /// exist; the fsync failed, and an ending waited for the next admission's).
+    #[test]
+    fn a_ledger_opened_through_a_link_has_its_wal_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(real.join("l.db"), &link).unwrap();
+        let opts = Options::default();
+        // The target must exist for SQLite to open it through the link.
+        drop(super::super::connect(&real.join("l.db"), &opts).unwrap());
+        let mut conn = super::super::connect(&link, &opts).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        let bound = start_with(&mut conn, &link, &opts, Duration::from_millis(20)).unwrap();
+        assert!(real.join("l.db-wal").exists());
+        commit(&conn, &bound, false);
         await_checkpointer_fsync(&bound);
     }
 }
