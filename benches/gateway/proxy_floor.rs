@@ -62,7 +62,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .route("/v1/chat/completions", post(forward))
             .with_state(upstream);
         let listener = tokio::net::TcpListener::bind(&listen).await?;
-        axum::serve(listener, app).await?;
+        // Connections share the router, as `purser serve`'s do (`into_make_service`).
+        axum::serve(listener, app.into_make_service()).await?;
         Ok(())
     })
 }

@@ -25,11 +25,12 @@ pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
 /// What one chat request in flight costs in memory, measured (benches: PSS of
 /// `purser serve` at c=1024 on a 200 ms upstream, minus its PSS idle, over 1024), for a
-/// request of the benchmark's size (a few hundred bytes of prompt): 87 KB, of which the
+/// request of the benchmark's size (a few hundred bytes of prompt): 73 KB, of which the
 /// stack's own connections and buffers, measured the same way on the proxy floor, are
-/// 70 KB. It grows with the body: 312 KB with a 64 kB prompt (the floor: 270 KB), for
-/// the prompt is held as parsed (for a failover) and as sent, and the connections'
-/// buffers hold it too. Rounded up here.
+/// 67 KB. It grows with the body: about 270 KB with a 64 kB prompt (the floor: about
+/// 220 KB), for the prompt is held as parsed (for a failover) and as sent, and the
+/// connections' buffers hold it too. Rounded up here from the first measurement (87 KB,
+/// before connections shared one router), so the default limit keeps some room.
 pub const BYTES_PER_REQUEST_IN_FLIGHT: usize = 96 * 1024;
 
 /// The memory the default limit lets requests in flight take, at the cost above.
