@@ -7,6 +7,7 @@ pub mod fields;
 pub mod from_messages;
 pub mod from_responses;
 pub mod gemini;
+pub mod json;
 pub mod openai;
 pub mod stream;
 #[cfg(test)]
@@ -171,20 +172,7 @@ pub(crate) fn overlay(body: &Value, set: &[(&'static str, Value)], remove: &[&st
     for (k, v) in set {
         fields.insert(k, v);
     }
-    match serde_json::to_vec(&fields) {
-        Ok(bytes) => Body::Bytes(bytes),
-        // Never for `Value`s; the tree then goes as the adapters' do.
-        Err(_) => {
-            let mut tree = o.clone();
-            for k in remove {
-                tree.remove(*k);
-            }
-            for (k, v) in set {
-                tree.insert((*k).to_string(), v.clone());
-            }
-            Body::Json(Value::Object(tree))
-        }
-    }
+    Body::Bytes(json::fields_to_vec(fields.iter().map(|(k, v)| (*k, *v))))
 }
 
 /// What an attempt observed.
@@ -471,18 +459,16 @@ fn request(client: &reqwest::Client, prepared: Prepared) -> reqwest::RequestBuil
         Endpoint::Parsed(u) => client.post(u),
         Endpoint::Text(t) => client.post(t),
     };
-    let bytes = match body {
-        Body::Bytes(bytes) => Ok(bytes),
-        Body::Json(tree) => serde_json::to_vec(&tree).map_err(|_| tree),
+    let mut bytes = match body {
+        Body::Bytes(bytes) => bytes,
+        Body::Json(tree) => json::to_vec(&tree),
     };
-    rb = match bytes {
-        Ok(mut bytes) => {
-            bytes.shrink_to_fit();
-            rb.header("content-type", "application/json").body(bytes)
-        }
-        // Never for a `Value`; reqwest then reports it as it would its own.
-        Err(tree) => rb.json(&tree),
-    };
+    // Sized from the tree, the buffer is over by a few bytes a number; escapes in a
+    // long string can leave it up to twice what it holds while the call waits.
+    if bytes.capacity() - bytes.len() > bytes.len() / 8 {
+        bytes.shrink_to_fit();
+    }
+    rb = rb.header("content-type", "application/json").body(bytes);
     for (k, v) in headers {
         rb = rb.header(k, v);
     }
