@@ -195,6 +195,65 @@ mod tests {
         }
     }
 
+    /// Borrows between lanes need two bytes that differ from the background: every
+    /// pair of edge bytes at every pair of positions.
+    #[test]
+    fn the_word_test_holds_for_two_bytes_at_once() {
+        let edges = [
+            0x00, 0x01, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc,
+            0xff,
+        ];
+        for background in [b'a', b' ', 0x80, 0xff] {
+            for i in 0..8 {
+                for j in i + 1..8 {
+                    for x in edges {
+                        for y in edges {
+                            let mut word = [background; 8];
+                            word[i] = x;
+                            word[j] = y;
+                            let want = word.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+                            assert_eq!(needs_escape(u64::from_ne_bytes(word)), want, "{word:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `overlay` writes the keys in the order serde_json writes the edited tree's: a
+    /// `Map` is sorted (no `preserve_order` anywhere in the build), and so is the
+    /// overlay's `BTreeMap`, for any key.
+    #[test]
+    fn an_overlay_writes_what_the_edited_tree_would() {
+        let mut unordered = serde_json::Map::new();
+        for k in ["z", "a", "M"] {
+            unordered.insert(k.into(), Value::Null);
+        }
+        let keys: Vec<&String> = unordered.keys().collect();
+        assert_eq!(
+            keys,
+            ["M", "a", "z"],
+            "serde_json's Map no longer sorts its keys"
+        );
+        let body = json!({"": 1, "Model": "x", "model": "m", "a\"b": [1, "\u{7f}"],
+            "é": {"\n": true}, "\u{ffff}": null, "\u{10000}": 2.5, "stream": false});
+        let set = [
+            ("model", json!("gpt-x")),
+            ("stream", json!(true)),
+            ("new\"key", json!({})),
+        ];
+        let remove = ["é", "absent", "stream"];
+        let mut edited = body.as_object().unwrap().clone();
+        for k in remove {
+            edited.remove(k);
+        }
+        for (k, v) in &set {
+            edited.insert((*k).to_string(), v.clone());
+        }
+        let sent = crate::upstream::overlay(&body, &set, &remove).into_bytes();
+        assert_eq!(sent, serde_json::to_vec(&Value::Object(edited)).unwrap());
+    }
+
     #[test]
     fn a_body_is_written_as_serde_json_writes_it() {
         let v = json!({
@@ -216,6 +275,17 @@ mod tests {
         );
     }
 
+    /// Strings dense in what JSON escapes, beside bytes the word test could confuse.
+    fn escapes() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                '"', '\\', '\n', '\t', '\u{0}', '\u{1f}', ' ', '#', ']', '\u{7f}', 'a', 'é', '😀',
+            ]),
+            0..40,
+        )
+        .prop_map(|cs| cs.into_iter().collect())
+    }
+
     fn any_value() -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
@@ -225,11 +295,12 @@ mod tests {
             any::<f64>().prop_map(Value::from),
             any::<String>().prop_map(Value::String),
             "[\\x00-\\x7f]{0,40}".prop_map(Value::String),
+            escapes().prop_map(Value::String),
         ];
         leaf.prop_recursive(4, 64, 8, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
-                prop::collection::btree_map(any::<String>(), inner, 0..8)
+                prop::collection::btree_map(prop_oneof![any::<String>(), escapes()], inner, 0..8)
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })

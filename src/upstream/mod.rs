@@ -148,6 +148,14 @@ impl Body {
         }
     }
 
+    /// The bytes that are sent.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Body::Bytes(bytes) => bytes,
+            Body::Json(tree) => json::to_vec(&tree),
+        }
+    }
+
     /// The body as an owned tree, for tests.
     #[cfg(test)]
     pub fn to_value(&self) -> Value {
@@ -459,10 +467,7 @@ fn request(client: &reqwest::Client, prepared: Prepared) -> reqwest::RequestBuil
         Endpoint::Parsed(u) => client.post(u),
         Endpoint::Text(t) => client.post(t),
     };
-    let mut bytes = match body {
-        Body::Bytes(bytes) => bytes,
-        Body::Json(tree) => json::to_vec(&tree),
-    };
+    let mut bytes = body.into_bytes();
     // Sized from the tree, the buffer is over by a few bytes a number; escapes in a
     // long string can leave it up to twice what it holds while the call waits.
     if bytes.capacity() - bytes.len() > bytes.len() / 8 {
