@@ -672,7 +672,12 @@ impl Engine {
                     })
                     .map(|()| s)
             }) {
-            Ok(s) => s,
+            Ok(mut s) => {
+                // Which candidates were weighed is for `purser explain`; a request in
+                // flight need not hold a copy of each destination for its whole life.
+                s.considered = Vec::new();
+                s
+            }
             Err((e, input)) => {
                 new_request.shape = Some(shape::of(&parsed, &req.body, ingress, input, None));
                 self.ledger
