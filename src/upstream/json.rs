@@ -22,21 +22,8 @@ pub fn to_vec(v: &Value) -> Vec<u8> {
 
 /// An object of borrowed fields, in the order given, as compact JSON.
 pub fn fields_to_vec<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)> + Clone) -> Vec<u8> {
-    let hint = fields
-        .clone()
-        .map(|(k, v)| k.len() + 4 + size_hint(v))
-        .sum::<usize>();
-    let mut out = Vec::with_capacity(hint + 2);
-    out.push(b'{');
-    for (i, (k, v)) in fields.enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_str(&mut out, k);
-        out.push(b':');
-        write_value(&mut out, v);
-    }
-    out.push(b'}');
+    let mut out = Vec::with_capacity(object_hint(fields.clone()));
+    write_object(&mut out, fields);
     out
 }
 
@@ -48,13 +35,14 @@ fn size_hint(v: &Value) -> usize {
         Value::Number(_) => 20,
         Value::String(s) => s.len() + 2,
         Value::Array(a) => 2 + a.iter().map(|x| size_hint(x) + 1).sum::<usize>(),
-        Value::Object(o) => {
-            2 + o
-                .iter()
-                .map(|(k, x)| k.len() + 4 + size_hint(x))
-                .sum::<usize>()
-        }
+        Value::Object(o) => object_hint(o.iter().map(|(k, x)| (k.as_str(), x))),
     }
+}
+
+fn object_hint<'a>(fields: impl Iterator<Item = (&'a str, &'a Value)>) -> usize {
+    2 + fields
+        .map(|(k, x)| k.len() + 4 + size_hint(x))
+        .sum::<usize>()
 }
 
 fn write_value(out: &mut Vec<u8>, v: &Value) {
@@ -83,19 +71,21 @@ fn write_value(out: &mut Vec<u8>, v: &Value) {
             }
             out.push(b']');
         }
-        Value::Object(o) => {
-            out.push(b'{');
-            for (i, (k, x)) in o.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(out, k);
-                out.push(b':');
-                write_value(out, x);
-            }
-            out.push(b'}');
-        }
+        Value::Object(o) => write_object(out, o.iter().map(|(k, x)| (k.as_str(), x))),
     }
+}
+
+fn write_object<'a>(out: &mut Vec<u8>, fields: impl Iterator<Item = (&'a str, &'a Value)>) {
+    out.push(b'{');
+    for (i, (k, x)) in fields.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, k);
+        out.push(b':');
+        write_value(out, x);
+    }
+    out.push(b'}');
 }
 
 const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
