@@ -245,13 +245,14 @@ impl Caller<'_> {
             match upstream::open_stream(self.http, prepared, provider.timeout()).await {
                 upstream::Opened::Complete(obs) => observe(provider.api, obs),
                 upstream::Opened::Streaming { status, body, .. } => {
-                    match stream::first_content(
+                    // Boxed (2.4 kB): the non-streaming call's state is half that.
+                    match Box::pin(stream::first_content(
                         provider.api,
                         req.ingress,
                         dest,
                         body,
                         provider.timeout(),
-                    )
+                    ))
                     .await
                     {
                         stream::Start::Content(live) => (Some(status), Seen::Stream(live)),

@@ -565,7 +565,9 @@ impl Tail {
             None if live.exhausted => End::Complete,
             None => pump(&mut live, &mut out).await,
         };
-        self.finish(end, &mut live, &mut out).await;
+        // Boxed: the ending's future (4.6 kB, the ledger write inside) would otherwise
+        // be a slot in this task's state for the whole stream, which waits in `pump`.
+        Box::pin(self.finish(end, &mut live, &mut out)).await;
     }
 
     async fn finish(mut self, end: End, live: &mut Live, out: &mut Out) {
