@@ -136,9 +136,10 @@ impl Chain<'_> {
                     at.dest.provider
                 )));
             };
-            // What follows the call (`begin`, `served`, `failed`: ledger writes and
-            // decisions, 1.8-3.5 kB of future each) is boxed, so that the request's task
-            // holds only the call's state while it waits on the vendor.
+            // The ledger writes and decisions around the call (`begin` before an
+            // alternate's call, `served` and `failed` after one: 1.8-3.5 kB of future
+            // each) are boxed, so that the request's task holds only the call's state
+            // while it waits on the vendor.
             if at.seq > 1 {
                 Box::pin(self.begin(&rec, &at)).await?;
             }
