@@ -291,6 +291,9 @@ pub fn backup_file(path: &Path, dest: &Path) -> Result<(), LedgerError> {
     Ok(())
 }
 
+/// The page cache of a connection from `connect`, in KiB (negative: SQLite's unit).
+const WRITER_CACHE_KIB: i64 = -1024;
+
 /// Open a connection with purser's settings and functions.
 pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
     let conn = Connection::open(path)?;
@@ -303,6 +306,13 @@ pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
     // Savepoints keep a statement journal per operation; in memory it costs no file
     // writes (the WAL carries durability, not the journal of a savepoint).
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    // The writer's working set is small: new rows go to the right edge of each B-tree,
+    // endings update recent rows, and the budget windows and the current hour's rollups
+    // are a few pages. SQLite's default cache (2 MiB) fills with pages appended long ago;
+    // 1 MiB holds the working set with room to spare (256 pages of 4 kB). Measured at
+    // c=1024 on the 200 ms mock: SQLite's heap 3.0 -> 1.9 MB, CPU per request unchanged
+    // at c=64 within noise. Readers open their own connections (`read.rs`).
+    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
     conn.pragma_update(
         None,
         "synchronous",
