@@ -291,7 +291,10 @@ pub fn backup_file(path: &Path, dest: &Path) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// The page cache of a connection from `connect`, in KiB (negative: SQLite's unit).
+/// The page cache of every connection `connect` opens, in KiB (negative: SQLite's
+/// unit). Sized for the writer, the one that lives long and writes; the others are the
+/// checkpointer (which copies WAL frames without the page cache) and the one-shot
+/// `migrate` and `settle` connections.
 const WRITER_CACHE_KIB: i64 = -1024;
 
 /// Open a connection with purser's settings and functions.
@@ -311,7 +314,8 @@ pub fn connect(path: &Path, opts: &Options) -> Result<Connection, LedgerError> {
     // are a few pages. SQLite's default cache (2 MiB) fills with pages appended long ago;
     // 1 MiB holds the working set with room to spare (256 pages of 4 kB). Measured at
     // c=1024 on the 200 ms mock: SQLite's heap 3.0 -> 1.9 MB, CPU per request unchanged
-    // at c=64 within noise. Readers open their own connections (`read.rs`).
+    // at c=64 within noise. Readers open their own connections (`read.rs`), with
+    // SQLite's default.
     conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
     conn.pragma_update(
         None,
