@@ -10,7 +10,9 @@
 //! It prints:
 //! - one request at a time (purser at c = 1): the time and CPU its two commits take,
 //!   and, given the disk's fsync time, how far beyond one fsync that time is;
-//! - groups of 20 (purser's group commits at c = 64): CPU per request.
+//! - groups of 20 (purser's group commits at c = 64), of 64 (the most c = 64 can make:
+//!   a group holds at most one admission per request in flight) and of 1,024 (what
+//!   grouping tends to): CPU per request.
 //!
 //! Issue #23's aims leave purser the floor + one fsync + 0.10 ms at p50 at c = 1, and
 //! half the floor's CPU at c = 64; this says how much of that the write-ahead alone takes.
@@ -136,18 +138,23 @@ fn main() {
         dir.path().display()
     );
     // Rounds interleaved: this machine's disk and neighbours are noisy.
-    let (mut one, mut grouped) = (Vec::new(), Vec::new());
+    const GROUPS: [usize; 3] = [20, 64, 1024];
+    let (mut one, mut grouped) = (Vec::new(), GROUPS.map(|_| Vec::new()));
     let mut next = 0;
     for _ in 0..3 {
         let (cpu1, t1) = requests(&c, next, 10_000, 1);
         next += 10_000;
         one.push((cpu1, quantile(&t1, 0.5), quantile(&t1, 0.99)));
-        let (cpu20, _) = requests(&c, next, 40_000, 20);
-        next += 40_000;
-        grouped.push(cpu20);
+        for (size, cpus) in GROUPS.iter().zip(grouped.iter_mut()) {
+            let (per, _) = requests(&c, next, 40_960, *size);
+            next += 40_960;
+            cpus.push(per);
+        }
     }
     one.sort_by(|a, b| a.1.total_cmp(&b.1));
-    grouped.sort();
+    for cpus in &mut grouped {
+        cpus.sort();
+    }
     let (cpu1, p50, p99) = one[1];
     println!(
         "  one request at a time: p50 {p50:.3} ms, p99 {p99:.3} ms, {:.0} µs CPU per request",
@@ -159,8 +166,10 @@ fn main() {
             p50 - f50
         );
     }
-    println!(
-        "  groups of 20: {:.1} µs CPU per request (median of 3 rounds)",
-        grouped[1].as_secs_f64() * 1e6
-    );
+    for (size, cpus) in GROUPS.iter().zip(&grouped) {
+        println!(
+            "  groups of {size}: {:.1} µs CPU per request (median of 3 rounds)",
+            cpus[1].as_secs_f64() * 1e6
+        );
+    }
 }
