@@ -11,7 +11,10 @@
 # 3. a 200 ms mock (the shape of an LLM call, shorter) at c = 1024: proxy-floor and purser
 #    (PURSER_BENCH_SKIP_SLOW=1 skips it);
 # 4. purser ÷ floor and the aims of issue #23 (benches/harness/lib/aims.py);
-# 5. the ledger's floor (benches/gateway/ledger_floor.rs): the least two SQLite commits
+# 5. the design floor (benches/gateway/design_floor.rs) beside them: the proxy floor plus
+#    only the money path DESIGN asks of every request, built as purser is; the aims are
+#    judged for it too;
+# 6. the ledger's floor (benches/gateway/ledger_floor.rs): the least two SQLite commits
 #    per request cost on the ledger's disk, run before the load in step 1's directory.
 #
 # proxy-floor (benches/gateway/proxy_floor.rs) is axum handing bodies to reqwest and
@@ -24,12 +27,14 @@ HARNESS=${PURSER_BENCH_HARNESS:-benches/harness}
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || { echo "benches/gateway.sh: $tool is missing; run $HARNESS/install-tools.sh" >&2; exit 2; }
 done
-cargo build --release --locked --quiet --bin purser --example proxy-floor --example ledger-floor
+cargo build --release --locked --quiet --bin purser --example proxy-floor --example ledger-floor \
+  --example design-floor
 # c = 1024 needs that many sockets in wrk, the gateway and the mock at once.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 port=${PURSER_BENCH_PORT:-18100}
 floor_port=$((port + 1))
 pg_port=$((port + 2))
+design_port=$((port + 3))
 pg_url=${PURSER_BENCH_POSTGRES:-${PURSER_TEST_POSTGRES:-}}
 ledger_dir=${PURSER_BENCH_LEDGER_DIR:-/tmp}
 export PURSER_BENCH_LEDGER_DIR=$ledger_dir
@@ -46,6 +51,10 @@ cat "$out/ledger-floor.txt" >&2
 
 floor=(--extra proxy-floor "http://127.0.0.1:$floor_port/v1/chat/completions"
        --extra-cmd proxy-floor "target/release/examples/proxy-floor 127.0.0.1:$floor_port")
+# The proxy floor plus DESIGN's money path alone, built as purser is (benches/gateway/
+# design_floor.rs): an aim it misses is out of reach for purser's shape on this machine.
+design=(--extra design-floor "http://127.0.0.1:$design_port/v1/chat/completions"
+        --extra-cmd design-floor "target/release/examples/design-floor 127.0.0.1:$design_port $ledger_dir")
 purser=(--extra purser "http://127.0.0.1:$port/v1/chat/completions"
         --extra-header purser 'Authorization: Bearer sk-purser-bench'
         --extra-cmd purser "PURSER_BENCH_PORT=$port benches/gateway/serve.sh")
@@ -59,12 +68,12 @@ fi
 "$HARNESS/run.sh" --skip litellm,portkey --out "$out/instant" \
   --extra nginx-proxy http://127.0.0.1:18090/v1/chat/completions \
   --extra-cmd nginx-proxy "$HARNESS/examples/nginx-proxy.sh" \
-  "${floor[@]}" "${purser[@]}" "${pg[@]}" "$@"
+  "${floor[@]}" "${design[@]}" "${purser[@]}" "${pg[@]}" "$@"
 
 slow_csv=""
 if [[ "${PURSER_BENCH_SKIP_SLOW:-0}" != 1 ]]; then
   "$HARNESS/run.sh" --skip litellm,portkey --out "$out/slow" \
-    "${floor[@]}" "${purser[@]}" "$@" --concurrency 1024 --upstream-delay-ms 200
+    "${floor[@]}" "${design[@]}" "${purser[@]}" "$@" --concurrency 1024 --upstream-delay-ms 200
   slow_csv="$out/slow/results.csv"
 fi
 

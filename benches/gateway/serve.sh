@@ -17,5 +17,7 @@ if [[ -n "${PURSER_BENCH_PG_URL:-}" ]]; then
   sep='?'; [[ "$PURSER_BENCH_PG_URL" == *\?* ]] && sep='&'
   db="${PURSER_BENCH_PG_URL}${sep}options=-c%20search_path%3D${schema}"
 fi
+# PURSER_EXTRA: more `serve` options, to compare a setting by hand (e.g. `--durability
+# normal`); benches/gateway.sh leaves it empty, so its figures are the defaults'.
 exec "${PURSER_BENCH_BIN:-$here/../../target/release/purser}" serve --config "$work/policies" --db "$db" \
-  --listen "127.0.0.1:${PURSER_BENCH_PORT:-18100}" --log-format json
+  --listen "127.0.0.1:${PURSER_BENCH_PORT:-18100}" --log-format json ${PURSER_EXTRA:-}

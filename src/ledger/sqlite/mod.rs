@@ -136,7 +136,8 @@ impl Store {
 /// `epoll_wait` per ledger call when traffic is light), the task is simply queued
 /// again. Measured at c=64: the same groups (~20 operations), 6-20% less CPU per
 /// request over four alternating runs; at c=1 one system call fewer per request.
-async fn let_others_run() {
+/// (Public for `benches/gateway/design_floor.rs`, which groups its commits alike.)
+pub async fn let_others_run() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {
