@@ -2,7 +2,8 @@
 //! group spoiled by one failing operation is redone one operation per transaction.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, TryLockError};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError, Weak};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -21,10 +22,15 @@ pub struct Envelope {
     pub reply: oneshot::Sender<Result<(), LedgerError>>,
 }
 
-/// The write connection and the operations waiting for it. There is no writer
-/// thread: whichever caller finds the connection free commits everything queued so
-/// far as one group, on its own thread. A request thus costs no thread hand-off, and
-/// concurrent requests still share commits (see `Ledger::call`).
+/// The write connection and the operations waiting for it. A caller whose operation is
+/// the only one queued commits it on its own thread, which costs no hand-off (one
+/// request at a time). When several are queued, their group goes to the writer's own
+/// thread (`hand_over`), so that its commit, and under full durability its fsync, does
+/// not stop the runtime thread that serves every other request: in the gateway bench at
+/// c=64, 60-70% more requests a second and 5-20% less CPU per request than callers
+/// committing every group, the groups being larger (README, performance). Whichever
+/// thread finds the connection free commits everything queued so far, in groups (see
+/// `Store::call`).
 pub struct Writer {
     queue: Mutex<Vec<Envelope>>,
     conn: Mutex<(Connection, Books)>,
@@ -40,6 +46,8 @@ pub struct Writer {
     /// Whether the connection is at `synchronous = FULL` now (read and changed only
     /// under the connection's lock).
     at_full: AtomicBool,
+    /// Wakes the writer's thread to commit the queue (set once it is started).
+    helper: OnceLock<SyncSender<()>>,
 }
 
 impl Writer {
@@ -53,6 +61,47 @@ impl Writer {
             wal,
             full,
             at_full: AtomicBool::new(full),
+            helper: OnceLock::new(),
+        }
+    }
+
+    /// Start the writer's thread. It holds the writer weakly, and ends once the writer
+    /// is dropped (the writer holds the only sender). Without it (it could not be
+    /// started) callers commit every group themselves, as they would one alone.
+    pub fn start_helper(writer: &Arc<Writer>) -> std::io::Result<()> {
+        // One pending wake-up is enough: each one commits all that is queued by then.
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        let weak: Weak<Writer> = Arc::downgrade(writer);
+        std::thread::Builder::new()
+            .name("purser-sqlite".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    let Some(w) = weak.upgrade() else { return };
+                    // A panic mid-group drops that group (its callers are told the
+                    // writer is gone, and fail closed); the rest of the queue, whose
+                    // callers handed it over and wait, is still committed.
+                    while std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.flush()))
+                        .is_err()
+                    {}
+                }
+            })?;
+        // Set once, right after the writer is made.
+        let _ = writer.helper.set(wake);
+        Ok(())
+    }
+
+    /// How many operations wait for a commit.
+    pub fn queued(&self) -> usize {
+        lock(&self.queue).len()
+    }
+
+    /// Ask the writer's thread to commit the queue. False when there is no such thread
+    /// (never started, or ended by a panic): the caller commits instead.
+    pub fn hand_over(&self) -> bool {
+        match self.helper.get().map(|h| h.try_send(())) {
+            // Full: a wake-up is pending, and the flush it brings sees this queue.
+            Some(Ok(()) | Err(TrySendError::Full(()))) => true,
+            Some(Err(TrySendError::Disconnected(()))) | None => false,
         }
     }
 
@@ -73,8 +122,14 @@ impl Writer {
                 let mut conn = match self.conn.try_lock() {
                     Ok(c) => c,
                     // A panic mid-group dropped its transaction, which rolled back:
-                    // the connection itself is sound.
-                    Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                    // the connection itself is sound, but the books may hold what the
+                    // rolled-back group reserved or settled, so they are read again.
+                    Err(TryLockError::Poisoned(p)) => {
+                        let mut c = p.into_inner();
+                        c.1.forget();
+                        self.conn.clear_poison();
+                        c
+                    }
                     Err(TryLockError::WouldBlock) => return,
                 };
                 let (conn, books) = &mut *conn;

@@ -1,8 +1,9 @@
 //! The ledger in one SQLite file (WAL), for one gateway process: the embedded default.
 //!
 //! One write connection commits in groups: many concurrent requests share one
-//! transaction and each waits for its own commit. The group is committed by one of
-//! its callers, on the caller's thread, so a request costs no thread hand-off.
+//! transaction and each waits for its own commit. An operation alone in the queue is
+//! committed by its caller, on the caller's thread (no hand-off); a group of several is
+//! committed on the writer's own thread, so the request thread goes on serving.
 //! Readers (audit, demo, CLI) open their own read-only connections on a blocking
 //! thread.
 
@@ -50,14 +51,18 @@ impl Store {
         // After recovery, which writes the rollups row by row like any other path; the
         // TEMP triggers it creates live on the writer's connection alone.
         let deltas = deltas::Deltas::install(&conn)?;
+        let writer = Arc::new(group::Writer::new(
+            conn,
+            deltas,
+            bound,
+            opts.sync == Sync::Full,
+        ));
+        if let Err(e) = group::Writer::start_helper(&writer) {
+            tracing::warn!(error = %e, "no ledger writer thread: requests commit every group themselves");
+        }
         Ok((
             Store {
-                writer: Some(Arc::new(group::Writer::new(
-                    conn,
-                    deltas,
-                    bound,
-                    opts.sync == Sync::Full,
-                ))),
+                writer: Some(writer),
                 path: path.to_path_buf(),
             },
             recovered,
@@ -95,8 +100,9 @@ impl Store {
     }
 
     /// Queue the operation and let the other tasks that are ready now queue theirs.
-    /// Then, unless another caller has committed it meanwhile, commit the queue (or
-    /// leave it to the caller already committing on another thread).
+    /// Then, unless it is committed meanwhile: alone in the queue, commit it here (or
+    /// leave it to the thread already committing); with others, hand the queue to the
+    /// writer's thread, so this one goes on serving requests while the group commits.
     pub async fn call(&self, op: Op) -> Result<(), LedgerError> {
         let Some(w) = &self.writer else {
             return Err(LedgerError::Unsupported(
@@ -112,7 +118,11 @@ impl Store {
             Ok(done) => return done,
             // Committing ours now would cut short the group that others are still
             // queueing into; a caller whose operation is already done does not.
-            Err(oneshot::error::TryRecvError::Empty) => w.flush(),
+            Err(oneshot::error::TryRecvError::Empty) => {
+                if w.queued() <= 1 || !w.hand_over() {
+                    w.flush();
+                }
+            }
             Err(oneshot::error::TryRecvError::Closed) => return Err(LedgerError::WriterGone),
         }
         rx.await.map_err(|_| LedgerError::WriterGone)?
