@@ -90,14 +90,17 @@ impl Writer {
         Ok(())
     }
 
-    /// How many operations wait for a commit.
-    pub fn queued(&self) -> usize {
-        lock(&self.queue).len()
+    /// Have the queue committed: here when it holds one operation alone (no hand-off),
+    /// else on the writer's thread, unless there is none (then here too).
+    pub fn commit_or_hand_over(&self) {
+        if lock(&self.queue).len() <= 1 || !self.hand_over() {
+            self.flush();
+        }
     }
 
     /// Ask the writer's thread to commit the queue. False when there is no such thread
     /// (never started, or ended by a panic): the caller commits instead.
-    pub fn hand_over(&self) -> bool {
+    fn hand_over(&self) -> bool {
         match self.helper.get().map(|h| h.try_send(())) {
             // Full: a wake-up is pending, and the flush it brings sees this queue.
             Some(Ok(()) | Err(TrySendError::Full(()))) => true,

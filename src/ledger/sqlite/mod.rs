@@ -118,11 +118,7 @@ impl Store {
             Ok(done) => return done,
             // Committing ours now would cut short the group that others are still
             // queueing into; a caller whose operation is already done does not.
-            Err(oneshot::error::TryRecvError::Empty) => {
-                if w.queued() <= 1 || !w.hand_over() {
-                    w.flush();
-                }
-            }
+            Err(oneshot::error::TryRecvError::Empty) => w.commit_or_hand_over(),
             Err(oneshot::error::TryRecvError::Closed) => return Err(LedgerError::WriterGone),
         }
         rx.await.map_err(|_| LedgerError::WriterGone)?
