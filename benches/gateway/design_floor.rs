@@ -1,8 +1,9 @@
 //! The least a gateway built as purser is costs while it keeps DESIGN's money rules: the
 //! proxy floor (`proxy_floor.rs`) plus only the money path every request must take
 //! under DESIGN, done the cheapest way we know, on purser's runtime shape (one request
-//! thread on two cores), allocator and commit pattern (commits grouped by their
-//! callers, a request's ending committed before its answer):
+//! thread on two cores), allocator and commit pattern (an operation alone committed by
+//! its caller, a group of several on a writer thread, a request's ending committed
+//! before its answer):
 //!
 //! 1. read the request's JSON (the bound needs its model and caps), into a typed,
 //!    borrowed view that keeps nothing past the admission;
@@ -17,9 +18,9 @@
 //! 7. answer.
 //!
 //! Commits are grouped as purser's are (`src/ledger/sqlite/group.rs`): each caller
-//! queues its operation, steps back once so that the requests ready in the same turn
-//! queue theirs, and the first to find the connection free commits the whole queue on
-//! its own thread. Rows carry the fields DESIGN section 7 lists and no more; the tables
+//! queues its operation and steps back once, so that the requests ready in the same
+//! turn queue theirs; an operation still alone is committed by its caller, a queue of
+//! several is handed to the writer thread. Rows carry the fields DESIGN section 7 lists and no more; the tables
 //! are keyed by their primary keys alone (no other index, no rollup, no trigger, no
 //! audit); the cost is the usage at one model's fixed prices; nothing is authenticated,
 //! selected or classified, and no metric is kept. WAL checkpoints run on a thread of
@@ -32,16 +33,17 @@
 //! pays (see the README's performance section).
 //!
 //!   UPSTREAM_BASE=http://127.0.0.1:18080/v1 design-floor 127.0.0.1:18103 LEDGER_DIR \
-//!     [full|normal] [caller|thread]
+//!     [full|normal] [purser|caller|thread]
 //!
-//! `normal` is purser's `--durability normal`: no commit waits for an fsync. `thread`
-//! commits on a writer thread of its own instead of the callers' (another shape than
-//! purser's: the request thread hands each operation over and is woken with its reply).
+//! `normal` is purser's `--durability normal`: no commit waits for an fsync. The last
+//! says who commits: `purser` (the default) as above; `caller`, the callers every group,
+//! on the request thread (purser's shape before its writer thread); `thread`, the writer
+//! thread every operation, even one alone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a benchmark fails loudly
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -129,6 +131,14 @@ struct Window {
     reserved: Money,
 }
 
+/// Who commits a group (see the module's doc).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Commits {
+    Purser,
+    Callers,
+    Thread,
+}
+
 struct Ledger {
     queue: Mutex<Vec<(Op, oneshot::Sender<()>)>>,
     /// The connection, the window, and whether the connection is at `synchronous =
@@ -137,13 +147,18 @@ struct Ledger {
     /// `full` durability (purser's default): an admission's group is fsynced. At
     /// `normal`, no commit is.
     full: bool,
-    /// With a writer thread (`thread`): wakes it to commit the queue. Without (purser's
-    /// way), callers commit.
+    commits: Commits,
+    /// Wakes the writer thread to commit the queue (`purser` and `thread`).
     wake: Option<SyncSender<()>>,
 }
 
 impl Ledger {
-    fn open(path: &std::path::Path, full: bool, wake: Option<SyncSender<()>>) -> Ledger {
+    fn open(
+        path: &std::path::Path,
+        full: bool,
+        commits: Commits,
+        wake: Option<SyncSender<()>>,
+    ) -> Ledger {
         let mut c = Connection::open(path).unwrap();
         c.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
@@ -165,6 +180,7 @@ impl Ledger {
         Ledger {
             queue: Mutex::new(Vec::new()),
             full,
+            commits,
             wake,
             conn: Mutex::new((
                 c,
@@ -178,14 +194,13 @@ impl Ledger {
         }
     }
 
-    /// Queue `op`, let the requests ready now queue theirs, then commit the queue unless
-    /// another caller has already (purser's `Store::call`).
+    /// Queue `op`, let the requests ready now queue theirs, then have the queue
+    /// committed unless it already is (purser's `Store::call`).
     async fn call(&self, op: Op) -> bool {
         let (tx, mut rx) = oneshot::channel();
         self.queue.lock().unwrap().push((op, tx));
-        if let Some(wake) = &self.wake {
-            // Full: a wake-up is pending, and the flush it brings will see this one.
-            let _ = wake.try_send(());
+        if self.commits == Commits::Thread {
+            self.hand_over();
             return rx.await.is_ok();
         }
         let_others_run().await;
@@ -193,8 +208,19 @@ impl Ledger {
         if rx.try_recv().is_ok() {
             return true;
         }
-        self.flush();
+        let alone = self.queue.lock().unwrap().len() <= 1;
+        if self.commits == Commits::Callers || alone || !self.hand_over() {
+            self.flush();
+        }
         rx.await.is_ok()
+    }
+
+    /// Wake the writer thread; false without one (purser's `Writer::hand_over`).
+    fn hand_over(&self) -> bool {
+        // Full: a wake-up is pending, and the flush it brings will see the queue.
+        self.wake
+            .as_ref()
+            .is_some_and(|w| !matches!(w.try_send(()), Err(TrySendError::Disconnected(()))))
     }
 
     fn flush(&self) {
@@ -314,7 +340,7 @@ fn commit(c: &Connection, w: &mut Window, group: &[(Op, oneshot::Sender<()>)]) {
     run(c, "COMMIT");
 }
 
-/// The writer thread of `thread` mode: commits the queue each time it is woken.
+/// The writer thread (`purser` and `thread`): commits the queue each time it is woken.
 fn writer_thread(ledger: Arc<Ledger>, woken: Receiver<()>) {
     std::thread::spawn(move || {
         while woken.recv().is_ok() {
@@ -449,15 +475,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("normal") => false,
         Some(other) => return Err(format!("durability `{other}`: full or normal").into()),
     };
-    let (wake, woken) = match args.next().as_deref() {
-        None | Some("caller") => (None, None),
-        Some("thread") => {
-            let (wake, woken) = std::sync::mpsc::sync_channel(1);
-            (Some(wake), Some(woken))
-        }
-        Some(other) => return Err(format!("commits `{other}`: caller or thread").into()),
+    let commits = match args.next().as_deref() {
+        None | Some("purser") => Commits::Purser,
+        Some("caller") => Commits::Callers,
+        Some("thread") => Commits::Thread,
+        Some(other) => return Err(format!("commits `{other}`: purser, caller or thread").into()),
     };
-    let ledger = Arc::new(Ledger::open(&dir.path().join("ledger.db"), full, wake));
+    let (wake, woken) = if commits == Commits::Callers {
+        (None, None)
+    } else {
+        let (wake, woken) = std::sync::mpsc::sync_channel(1);
+        (Some(wake), Some(woken))
+    };
+    let ledger = Arc::new(Ledger::open(
+        &dir.path().join("ledger.db"),
+        full,
+        commits,
+        wake,
+    ));
     if let Some(woken) = woken {
         writer_thread(ledger.clone(), woken);
     }
