@@ -66,12 +66,21 @@ fn docs(v: &Vendors, budget: bool) -> Vec<String> {
         ""
     };
     vec![
-        provider(v, "oa", "openai", "us", &[("m", "0.15", "0.60")]),
+        patient(provider(v, "oa", "openai", "us", &[("m", "0.15", "0.60")])),
         format!(
             "kind: policy\nid: soft\nclients:\n  - {{ id: s, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"0.001\", mode: soft }}\nmax_output_tokens: 200\n{b}",
             sha("k")
         ),
     ]
+}
+
+/// The provider with a 10 s call timeout instead of the tests' 300 ms. The first request
+/// is held at the vendor while a reload adds the budget and a second request is served;
+/// under 300 ms that was a race on a loaded machine, which the held call lost with a 504
+/// (seen in CI, and with six copies of this file's tests run at once).
+fn patient(provider: String) -> String {
+    assert!(provider.contains("timeout_ms: 300\n"), "{provider}");
+    provider.replace("timeout_ms: 300\n", "timeout_ms: 10000\n")
 }
 
 /// A request is held at the vendor under a policy without budgets; a reload adds a day
@@ -122,9 +131,9 @@ async fn held_across_a_budget_added(
         .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
         .send()
         .await
-        .unwrap()
-        .status();
-    assert_eq!(r, 200);
+        .unwrap();
+    let status = r.status();
+    assert_eq!(status, 200, "{}", r.text().await.unwrap_or_default());
     gate.add_permits(1);
     assert_eq!(call.await.unwrap(), 200);
     common::money::quiesce_on(&g.ledger_db, 5).await;
@@ -169,10 +178,14 @@ async fn target(engine: Engine, test: &str, dir: &tempfile::TempDir) -> Option<T
     })
 }
 
+/// A lease short enough that the crash test's second replica recovers the first one's
+/// rows within a few seconds, and long enough that a loaded machine does not let it run
+/// out between two calls: at 400 ms, six copies of this file run at once lost it
+/// (`LeaseLost`) in one run of eight, a replica refusing to write as it must.
 fn options(replica: &str) -> Options {
     Options {
         replica: Some(replica.into()),
-        lease: Duration::from_millis(400),
+        lease: Duration::from_secs(2),
         ..Options::default()
     }
 }
