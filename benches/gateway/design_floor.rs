@@ -30,7 +30,7 @@
 //! out of reach for a gateway of purser's shape on this stack and machine: purser does
 //! all of this and more. It is not a bound for every design: a writer thread on the
 //! second core, or endings committed after the answer, change what one request thread
-//! pays (see the README's performance section).
+//! pays (see `docs/performance.md`, the design floor).
 //!
 //!   UPSTREAM_BASE=http://127.0.0.1:18080/v1 design-floor 127.0.0.1:18103 LEDGER_DIR \
 //!     [full|normal] [purser|caller|thread]

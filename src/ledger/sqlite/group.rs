@@ -28,7 +28,7 @@ pub struct Envelope {
 /// thread (`hand_over`), so that its commit, and under full durability its fsync, does
 /// not stop the runtime thread that serves every other request: in the gateway bench at
 /// c=64, 60-70% more requests a second and 5-20% less CPU per request than callers
-/// committing every group, the groups being larger (README, performance). Whichever
+/// committing every group, the groups being larger (`docs/performance.md`). Whichever
 /// thread finds the connection free commits everything queued so far, in groups (see
 /// `Store::call`).
 pub struct Writer {
