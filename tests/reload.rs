@@ -17,8 +17,14 @@ use common::{ADMIN, provider, sha};
 const KEY: &str = "key-reload";
 
 fn policy_set(vendors: &Vendors, ceiling: &str) -> Vec<String> {
+    // 3 s, not the tests' 300 ms call timeout: the load below is eight loops of calls
+    // on a debug build, and on a loaded machine a call that took longer answered 504
+    // (four copies of this file at once failed 8 of 8). What is tested is the plan each
+    // request runs under, not the timeout.
+    let p = provider(vendors, "p", "openai", "us", &[("m", "0.15", "0.60")]);
+    assert!(p.contains("timeout_ms: 300\n"), "{p}");
     vec![
-        provider(vendors, "p", "openai", "us", &[("m", "0.15", "0.60")]),
+        p.replace("timeout_ms: 300\n", "timeout_ms: 3000\n"),
         format!(
             "kind: policy\nid: pol\nclients:\n  - {{ id: bot, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [us]\nceiling: {{ per_request: \"{ceiling}\", mode: hard }}\nmax_output_tokens: 100\n",
             sha(KEY)
