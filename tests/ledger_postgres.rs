@@ -134,10 +134,13 @@ async fn a_replica_id_held_by_a_live_process_is_refused() {
         return;
     };
     let target = Target::Postgres(url);
-    let (_first, _) = Ledger::open_at(&target, replica("same", 300))
+    // A lease long enough that the first holder renews it however loaded the machine:
+    // at 300 ms its lease ran out once (four copies of this file at once), and the
+    // second process then rightly took the id over.
+    let (_first, _) = Ledger::open_at(&target, replica("same", 3000))
         .await
         .unwrap();
-    match Ledger::open_at(&target, replica("same", 300)).await {
+    match Ledger::open_at(&target, replica("same", 3000)).await {
         Err(e @ LedgerError::ReplicaInUse(_)) => assert!(e.to_string().contains("--replica-id")),
         Err(e) => panic!("wrong error {e}"),
         Ok(_) => panic!("two live processes share a replica id"),

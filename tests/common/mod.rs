@@ -280,7 +280,9 @@ pub async fn serve_child(
         port,
     };
     let client = reqwest::Client::new();
-    for _ in 0..500 {
+    // Up to 30 s: a debug build migrating a fresh ledger on a loaded machine took over
+    // 10 s once (four copies of `replicas` at once).
+    for _ in 0..1500 {
         if client
             .get(format!("{}/healthz", served.base()))
             .send()
