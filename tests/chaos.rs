@@ -496,6 +496,11 @@ fn run(seed: u64, engine: Engine, meddling: Meddling) {
         }
         busy.store(false, std::sync::atomic::Ordering::Relaxed);
         meddler.await.unwrap();
+        // Every request's task first: one whose client gave up before its admission is
+        // not in the ledger yet, and would be admitted while the checks read it.
+        tokio::time::timeout(Duration::from_secs(30), g.engine.drained())
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: a request's task still running after 30 s"));
         quiesce_on(&g.ledger_db, 30).await;
         // Budgets were lowered below what a window had spent: spent may then pass the
         // new limit, but never what the attempts charged.

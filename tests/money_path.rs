@@ -120,6 +120,11 @@ async fn only_request(g: &Gateway) -> RequestRow {
 }
 
 async fn settle(g: &Gateway) {
+    // Every request's task first: one whose client gave up before its admission is not
+    // in the ledger yet, so the ledger alone cannot say that nothing is left to come.
+    tokio::time::timeout(Duration::from_secs(10), g.engine.drained())
+        .await
+        .expect("a request's task still running after 10 s");
     quiesce_on(&g.ledger_db, 10).await;
     assert_money_invariants_on(&g.ledger_db, &g.vendors, &PROVIDERS).await;
 }

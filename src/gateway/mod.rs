@@ -469,12 +469,15 @@ impl Engine {
         })
     }
 
-    /// Admitted requests not yet finished in the ledger (shutdown waits for them).
+    /// Requests whose task is running, or admitted and not yet finished in the ledger
+    /// (shutdown waits for them; a request counts from its task's start, so one whose
+    /// client hung up before its admission is waited for too).
     pub fn in_flight(&self) -> usize {
         self.inflight.count()
     }
 
-    /// Wait until every admitted request has finished recording.
+    /// Wait until every request's task has ended and every admitted request has
+    /// finished recording.
     pub async fn drained(&self) {
         self.inflight.drained().await
     }
@@ -509,8 +512,11 @@ impl Engine {
         let waiting = watch.guard();
         let engine = Arc::clone(self);
         let key = key.map(str::to_string);
-        let task =
-            tokio::spawn(async move { engine.chat_traced(key.as_deref(), body, watch).await });
+        let running = self.inflight.running();
+        let task = tokio::spawn(async move {
+            let _running = running;
+            engine.chat_traced(key.as_deref(), body, watch).await
+        });
         let result = match task.await {
             Ok(r) => r,
             Err(e) => Err(Failed {

@@ -250,8 +250,9 @@ impl Drop for ClientGuard {
     }
 }
 
-/// Requests this process has admitted and not yet finished, counted so that shutdown
-/// can wait for them, and handed to the sweeper if their task ends without a finish.
+/// Requests this process is running or has admitted and not yet finished, counted so
+/// that shutdown can wait for them; an admitted one is handed to the sweeper if its
+/// task ends without a finish.
 pub struct InFlight {
     count: AtomicUsize,
     idle: Notify,
@@ -288,11 +289,26 @@ impl InFlight {
         }
     }
 
+    /// A guard for a request whose task has started, held by that task from its spawn
+    /// to its end. A client that hangs up before its request is admitted leaves the
+    /// task running, and it may still be admitted and call the vendor: counted from
+    /// the spawn, it is waited for by shutdown as an admitted one is.
+    pub fn running(self: &Arc<Self>) -> Running {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Running(Arc::clone(self))
+    }
+
     pub fn count(&self) -> usize {
         self.count.load(Ordering::SeqCst)
     }
 
-    /// Wait until no admitted request is left in flight.
+    fn release(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Wait until no request is left running or in flight.
     pub async fn drained(&self) {
         loop {
             let idle = self.idle.notified();
@@ -323,9 +339,16 @@ impl Drop for Pending {
         if let Some(id) = self.request_id.take() {
             let _ = self.owner.stuck.send(id);
         }
-        if self.owner.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.owner.idle.notify_waiters();
-        }
+        self.owner.release();
+    }
+}
+
+/// A request's task, running (see `InFlight::running`).
+pub struct Running(Arc<InFlight>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
