@@ -469,9 +469,10 @@ impl Engine {
         })
     }
 
-    /// Requests whose task is running, or admitted and not yet finished in the ledger
-    /// (shutdown waits for them; a request counts from its task's start, so one whose
-    /// client hung up before its admission is waited for too).
+    /// Nonzero while a request's task runs or an admitted request is not yet finished in
+    /// the ledger (shutdown waits for zero; a request counts from its task's start, so
+    /// one whose client hung up before its admission is waited for too). An admitted
+    /// request whose task still runs counts twice: read it as zero or not.
     pub fn in_flight(&self) -> usize {
         self.inflight.count()
     }

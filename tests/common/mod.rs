@@ -40,6 +40,13 @@ pub struct Gateway {
     pub dir: tempfile::TempDir,
 }
 
+/// `provider`'s document with a call timeout of `ms` instead of its 300 ms, for a test
+/// whose calls must outlast a loaded machine (what it tests is not the timeout).
+pub fn with_call_timeout(provider: String, ms: u64) -> String {
+    assert!(provider.contains("timeout_ms: 300\n"), "{provider}");
+    provider.replace("timeout_ms: 300\n", &format!("timeout_ms: {ms}\n"))
+}
+
 /// A provider document served by the mock vendors.
 pub fn provider(
     vendors: &Vendors,
