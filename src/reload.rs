@@ -89,11 +89,11 @@ impl Reloader {
         }
         // A budget the running plan lacks is added (or added back): its window may be
         // a leftover from earlier in the period that missed the charges made while it
-        // was absent, so what it has spent is counted again from the ledger. Before the
-        // swap, so that no admission under the new plan is checked against the
-        // leftover; and again after it, for the requests the old plan admitted in
-        // between (they hold nothing in the window, so only a count from the ledger
-        // sees them; those admitted since hold a reservation in it and are left out).
+        // was absent, so what it has spent is counted again from the ledger. With
+        // admissions paused: every one that read the old plan's budgets (holding
+        // nothing in the window) is in the ledger before the count, and every later
+        // one checks the new budgets against the counted window. When the count fails,
+        // the running plan keeps serving.
         let added: Vec<_> = plan
             .policies()
             .flat_map(|p| p.budgets.iter().map(move |b| (p, b)))
@@ -104,9 +104,10 @@ impl Reloader {
             })
             .map(|(p, b)| (p.id.to_string(), b.period))
             .collect();
+        let paused = self.engine.pause_admissions().await;
         self.engine
             .ledger
-            .reseed_windows(added.clone(), self.engine.now())
+            .reseed_windows(added, self.engine.now())
             .await
             .map_err(|e| ReloadError::Ledger {
                 kept: running.id().to_string(),
@@ -115,15 +116,7 @@ impl Reloader {
         let warnings = plan.warnings().iter().map(|w| w.to_string()).collect();
         let plan_id = plan.id().to_string();
         let previous = self.engine.replace_plan(plan);
-        if let Err(e) = self
-            .engine
-            .ledger
-            .reseed_windows(added, self.engine.now())
-            .await
-        {
-            // The plan is live; the windows were counted once already.
-            tracing::error!(error = %e, "re-counting the re-added budgets after the swap failed");
-        }
+        drop(paused);
         Ok(Reloaded {
             changed: previous.id() != plan_id,
             previous_plan_id: previous.id().to_string(),

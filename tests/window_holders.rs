@@ -166,6 +166,162 @@ async fn a_request_settling_below_its_bound_across_a_budget_added_mid_flight(eng
     .await;
 }
 
+/// A system clock that can stop the thread of one chosen `wall()` call until released.
+/// The gateway reads the wall clock as it receives a request, then once more between
+/// reading the running plan's budgets and writing its admission (the first attempt's
+/// start): holding the second call holds a request exactly between the two.
+struct HoldingClock {
+    inner: Arc<dyn purser::clock::Clock>,
+    state: std::sync::Mutex<Hold>,
+    moved: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Hold {
+    /// `wall()` calls left until the one that is held.
+    countdown: Option<u32>,
+    holding: bool,
+    released: bool,
+}
+
+impl HoldingClock {
+    fn new() -> Arc<HoldingClock> {
+        Arc::new(HoldingClock {
+            inner: purser::clock::SystemClock::shared(),
+            state: Default::default(),
+            moved: Default::default(),
+        })
+    }
+    fn hold_call(&self, n: u32) {
+        self.state.lock().unwrap().countdown = Some(n);
+    }
+    fn holding(&self) -> bool {
+        self.state.lock().unwrap().holding
+    }
+    fn release(&self) {
+        self.state.lock().unwrap().released = true;
+        self.moved.notify_all();
+    }
+}
+
+impl purser::clock::Clock for HoldingClock {
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+    fn wall(&self) -> time::OffsetDateTime {
+        let mut s = self.state.lock().unwrap();
+        if let Some(n) = s.countdown {
+            s.countdown = n.checked_sub(1).filter(|&n| n > 0);
+            if n == 1 {
+                s.holding = true;
+                while !s.released {
+                    s = self.moved.wait(s).unwrap();
+                }
+                s.holding = false;
+            }
+        }
+        drop(s);
+        self.inner.wall()
+    }
+}
+
+mod an_admission_under_way_when_a_budget_is_added_back_is_in_its_window {
+    // Four workers: one is held inside the clock on purpose.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn sqlite() {
+        super::an_admission_under_way_when_a_budget_is_added_back_is_in_its_window(
+            super::Engine::Sqlite,
+        )
+        .await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn postgres() {
+        super::an_admission_under_way_when_a_budget_is_added_back_is_in_its_window(
+            super::Engine::Postgres,
+        )
+        .await
+    }
+}
+
+/// The day window exists; a reload removes the budget; a request reads the running
+/// plan's budgets (none) and, before its admission is written, a reload adds the budget
+/// back and counts the window again. Before, the reload counted the window and swapped
+/// the plan without waiting: the request was then admitted holding nothing in the
+/// window, and its charge never reached the window's `spent` (the chaos run found it
+/// on PostgreSQL, interrupted). Now the reload waits for that admission, so its count
+/// sees the request and the window holds it.
+async fn an_admission_under_way_when_a_budget_is_added_back_is_in_its_window(engine: Engine) {
+    let clock = HoldingClock::new();
+    let Some(g) = common::start_on_clocked(
+        engine,
+        &format!("holders_under_way_{engine:?}"),
+        |v| docs(v, true),
+        str::to_string,
+        clock.clone(),
+    )
+    .await
+    else {
+        return;
+    };
+    let write = |budget: bool| {
+        let mut all = vec!["kind: gateway\ncurrency: USD\n".to_string()];
+        all.extend(docs(&g.vendors, budget));
+        std::fs::write(g.config.join("set.yaml"), all.join("---\n")).unwrap();
+    };
+    let (s, _, body) = g.chat("k", "m").await;
+    assert_eq!(s, 200, "{body}");
+    write(false);
+    let (s, body) = g.admin_post("/admin/v1/reload").await;
+    assert_eq!(s, 200, "{body}");
+
+    clock.hold_call(2);
+    let url = g.url("/v1/chat/completions");
+    let call = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth("k")
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    for _ in 0..500 {
+        if clock.holding() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(clock.holding(), "the request never reached its admission");
+    write(true);
+    let reload = tokio::spawn({
+        let url = g.url("/admin/v1/reload");
+        async move {
+            reqwest::Client::new()
+                .post(url)
+                .bearer_auth(common::ADMIN)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    // Asserted after a wait, so a loaded machine can only make it pass later, never
+    // fail: a reload that finished here did not wait for the admission under way.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let early = reload.is_finished();
+    clock.release();
+    assert_eq!(call.await.unwrap(), 200);
+    assert_eq!(reload.await.unwrap(), 200);
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    common::money::assert_money_invariants_after_reloads_on(&g.ledger_db, &g.vendors, &["oa"])
+        .await;
+    assert!(
+        !early,
+        "the reload adding the budget back did not wait for the admission under way"
+    );
+}
+
 // ---- on the ledger itself ----
 
 async fn target(engine: Engine, test: &str, dir: &tempfile::TempDir) -> Option<Target> {

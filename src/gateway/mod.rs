@@ -259,6 +259,13 @@ pub struct Engine {
     active: RwLock<Arc<Active>>,
     /// Serialises plan swaps so breaker state carried across reloads is never lost.
     swap: std::sync::Mutex<()>,
+    /// An admission holds the read side from reading the running plan's budgets until
+    /// its reservation is in the ledger (or refused); a reload holds the write side
+    /// while it counts the windows of the budgets it adds and swaps the plan
+    /// (`pause_admissions`). So no admission that read the old budgets reaches the
+    /// ledger after the new ones were counted: such a one held nothing in an added
+    /// window, and the window never counted it.
+    admissions: tokio::sync::RwLock<()>,
     pub ledger: Ledger,
     pub metrics: Metrics,
     clock: Arc<dyn Clock>,
@@ -320,6 +327,7 @@ impl Engine {
         Ok(Engine {
             active: RwLock::new(Arc::new(Active::new(plan, breakers))),
             swap: std::sync::Mutex::new(()),
+            admissions: tokio::sync::RwLock::new(()),
             ledger,
             metrics,
             clock,
@@ -374,6 +382,14 @@ impl Engine {
     /// The engine clock's wall time (budget windows, audit).
     pub fn now(&self) -> time::OffsetDateTime {
         self.clock.wall()
+    }
+
+    /// Wait for the admissions under way to reach the ledger, and hold new ones back
+    /// until the guard is dropped: a reload counts the windows it adds and swaps the
+    /// plan while it holds it, so every admission either is in the count or checks the
+    /// new plan's budgets against the counted windows.
+    pub async fn pause_admissions(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.admissions.write().await
     }
 
     /// Swap in a new plan atomically; requests already running keep theirs. Breaker
@@ -703,7 +719,9 @@ impl Engine {
             Some(selected.bounds.output),
         ));
         // The running plan's limits, not this request's snapshot's: a reload that lowered
-        // a budget while the request was being parsed and selected binds it too.
+        // a budget while the request was being parsed and selected binds it too. Read
+        // and written under the admissions lock, so no reload lands in between.
+        let admitting = self.admissions.read().await;
         let budgets = current_limits(&self.plan(), policy);
         // The first attempt is written with the admission: one commit, not two.
         let first = NewAttempt {
@@ -715,11 +733,12 @@ impl Engine {
             started_at: self.clock.wall(),
             worst_case: selected.worst_case,
         };
-        match self
+        let admitted = self
             .ledger
             .admit_with_attempt(new_request, budgets, first)
-            .await
-        {
+            .await;
+        drop(admitting);
+        match admitted {
             Ok(()) => {}
             Err(e @ LedgerError::BudgetExhausted { .. }) => {
                 return Err(with_id(GatewayError::BudgetExhausted(e.to_string())));

@@ -87,7 +87,16 @@ pub async fn start_tuned(
 ) -> Gateway {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::Sqlite(dir.path().join("ledger.db"));
-    start_at(dir, db.clone(), db, docs, admin, tune).await
+    start_at(
+        dir,
+        db.clone(),
+        db,
+        docs,
+        admin,
+        tune,
+        SystemClock::shared(),
+    )
+    .await
 }
 
 /// A gateway whose ledger is on `engine` (PostgreSQL: a fresh schema of its own), or
@@ -108,6 +117,17 @@ pub async fn start_on_via(
     docs: impl FnOnce(&Vendors) -> Vec<String>,
     via: impl FnOnce(&str) -> String,
 ) -> Option<Gateway> {
+    start_on_clocked(engine, test, docs, via, SystemClock::shared()).await
+}
+
+/// As `start_on_via`, with the engine reading time from `clock`.
+pub async fn start_on_clocked(
+    engine: db::Engine,
+    test: &str,
+    docs: impl FnOnce(&Vendors) -> Vec<String>,
+    via: impl FnOnce(&str) -> String,
+    clock: Arc<dyn purser::clock::Clock>,
+) -> Option<Gateway> {
     let dir = tempfile::tempdir().unwrap();
     let (db, reached) = match engine {
         db::Engine::Sqlite => {
@@ -120,7 +140,7 @@ pub async fn start_on_via(
             (Db::Postgres(url), reached)
         }
     };
-    Some(start_at(dir, db, reached, docs, Some(ADMIN), |_| {}).await)
+    Some(start_at(dir, db, reached, docs, Some(ADMIN), |_| {}, clock).await)
 }
 
 async fn start_at(
@@ -130,6 +150,7 @@ async fn start_at(
     docs: impl FnOnce(&Vendors) -> Vec<String>,
     admin: Option<&str>,
     tune: impl FnOnce(&mut purser::http::Options),
+    clock: Arc<dyn purser::clock::Clock>,
 ) -> Gateway {
     let vendors = Vendors::start().await;
     let config = dir.path().join("policies");
@@ -145,7 +166,7 @@ async fn start_at(
         ..Options::default()
     };
     let (ledger, _) = Ledger::open_at(&reached.target(), options).await.unwrap();
-    let engine = Arc::new(Engine::new(plan, ledger, SystemClock::shared()).unwrap());
+    let engine = Arc::new(Engine::new(plan, ledger, clock).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut opts = purser::http::Options {
