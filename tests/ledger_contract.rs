@@ -68,11 +68,14 @@ impl Db {
     }
 }
 
-/// A short lease, so a reopen (which waits out the previous lease on PostgreSQL) is quick.
+/// A lease short enough that a reopen (which waits out the previous lease on
+/// PostgreSQL) is quick, and long enough that a loaded machine does not let it run out
+/// between two calls: at 300 ms, four copies of this file run at once lost it
+/// (`LeaseLost`, a replica refusing to write as it must) in every run.
 fn options() -> Options {
     Options {
         replica: Some("contract".into()),
-        lease: Duration::from_millis(300),
+        lease: Duration::from_secs(2),
         ..Options::default()
     }
 }
