@@ -9,6 +9,7 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::db::Engine;
@@ -658,34 +659,85 @@ async fn usage_after_done_is_charged_at_the_bound(e: Engine) {
     invariants(&g).await;
 }
 
-/// A client that hangs up as soon as a stream's headers arrive, on a soft request
-/// whose primary drops before content: the chain still fails over (it runs detached),
-/// reserves the alternate, and settles; nothing is left in flight or reserved.
+/// The client hangs up while the primary is out; the primary then fails with a
+/// provider-side 503. The alternate is not called: an answer would reach nobody, and a
+/// finance team does not pay for that (`Why::ClientGone`; DESIGN keeps a call already
+/// sent running, and says nothing of starting one). The primary's attempt is recorded
+/// with the stop and its reason, the request with `client_disconnected`, and the books
+/// are whole. Before, the request failed over and paid the alternate.
 async fn a_client_gone_before_a_failover_leaves_the_books_whole(e: Engine) {
     let Some(g) = gateway(e, "gone_before_failover", Set::default()).await else {
         return;
     };
-    g.vendors.script("an", vec![Script::StreamSlow(50)]);
-    // The primary drops after its head: `dropped`, maybe billed; soft fails over.
-    g.vendors.script("oa", vec![Script::Drop]);
-    let r = reqwest::Client::new()
-        .post(g.url("/v1/chat/completions"))
-        .bearer_auth(SOFT)
-        .json(&ask("m", json!({"stream": true})))
-        .timeout(Duration::from_millis(30))
-        .send()
-        .await;
-    drop(r);
-    // The client gave up after 30 ms; under load the request may not be admitted yet.
+    for (n, stream) in [(1, true), (2, false)] {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        g.vendors.script(
+            "oa",
+            vec![Script::HoldStatus(
+                gate.clone(),
+                503,
+                r#"{"error":{"message":"overloaded","type":"server_error","code":"overloaded"}}"#
+                    .into(),
+            )],
+        );
+        let client = tokio::spawn({
+            let url = g.url("/v1/chat/completions");
+            async move {
+                reqwest::Client::new()
+                    .post(url)
+                    .bearer_auth(SOFT)
+                    .json(&ask("m", json!({"stream": stream})))
+                    .send()
+                    .await
+            }
+        });
+        for _ in 0..500 {
+            if g.vendors.calls("oa") == n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(g.vendors.calls("oa"), n, "the primary was never called");
+        // The client hangs up; the gateway sees its connection close.
+        client.abort();
+        let _ = client.await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        gate.add_permits(1);
+        let id = newest_request(&g, n).await;
+        let r = settled(&g, &id).await;
+        assert_eq!(
+            g.vendors.calls("an"),
+            0,
+            "stream {stream}: the alternate was called: {r:?}"
+        );
+        assert_eq!(r.attempts.len(), 1, "{r:?}");
+        assert_eq!(
+            r.error_code.as_deref(),
+            Some("client_disconnected"),
+            "{r:?}"
+        );
+        let a = &r.attempts[0];
+        assert_eq!(a.decision.as_deref(), Some("stop"), "{a:?}");
+        assert!(
+            a.reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("client has left"),
+            "{a:?}"
+        );
+    }
+    invariants(&g).await;
+}
+
+/// The id of the newest request, once the ledger holds `n`.
+async fn newest_request(g: &Gateway, n: usize) -> String {
     for _ in 0..500 {
-        if g.ledger_db.count("SELECT COUNT(*) FROM requests").await > 0 {
-            break;
+        if g.ledger_db.count("SELECT COUNT(*) FROM requests").await >= n as i64 {
+            return g.ledger_db.last_request().await.id;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    quiesce_on(&g.ledger_db, 10).await;
-    assert_eq!(g.vendors.calls("an"), 1);
-    invariants(&g).await;
+    panic!("request {n} was never recorded");
 }
 
 /// Cut streams of the two other APIs are charged at their bound, never at a running

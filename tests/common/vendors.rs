@@ -65,6 +65,8 @@ pub enum Script {
     /// Wait for a permit from this gate (the test adds them), then answer normally:
     /// holds calls at the vendor for as long as a test needs, measured by nothing.
     Hold(Arc<tokio::sync::Semaphore>),
+    /// As `Hold`, then this status and raw JSON body.
+    HoldStatus(Arc<tokio::sync::Semaphore>, u16, String),
     /// The normal answer, content and usage included, ended by the vendor's own
     /// content filter (OpenAI `content_filter`, Anthropic `refusal`, Gemini `SAFETY`).
     FilterAfterContent,
@@ -491,6 +493,12 @@ async fn answer(
                 p.forget();
             }
             normal(&provider, &model)
+        }
+        Script::HoldStatus(gate, status, body) => {
+            if let Ok(p) = gate.acquire().await {
+                p.forget();
+            }
+            json(StatusCode::from_u16(status).unwrap(), body)
         }
         Script::FilterAfterContent if stream => sse(
             events(api, &provider, &model)
