@@ -116,7 +116,14 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         Some(total) => {
             let (cached, write, write_1h) = (rates.cached, rates.write, rates.write_1h);
             let reads = usage.cached_input.unwrap_or(0);
-            let writes = usage.cache_write.unwrap_or(0);
+            // Writes are charged apart only where the destination bills them (OpenAI
+            // writes its cache for free and may still count them): elsewhere they are
+            // plain input.
+            let writes = if rates.bills_writes || rates.bills_1h_writes {
+                usage.cache_write.unwrap_or(0)
+            } else {
+                0
+            };
             // Writes by lifetime: the 1-hour ones as reported (more than the total
             // reported is charged as reported), the rest 5-minute. Without the split,
             // every write may be a 1-hour one where the destination bills them.
@@ -654,7 +661,11 @@ mod tests {
     /// than the base), service tiers and 1-hour cache writes.
     fn any_dest() -> impl Strategy<Value = Destination> {
         (
-            prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
+            (
+                prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
+                // A Claude model behind another API bills cache writes too.
+                prop_oneof![Just("m"), Just("anthropic/claude-sonnet-4")],
+            ),
             (rate(), rate()),
             proptest::option::of(rate()),
             proptest::option::of(rate()),
@@ -663,24 +674,27 @@ mod tests {
             proptest::option::of(any_rates()),
         )
             .prop_map(
-                |(api, (input, output), cached, write, write_1h, long, priority)| Destination {
-                    input_per_mtok: input,
-                    output_per_mtok: output,
-                    cached_input_per_mtok: cached,
-                    cache_write_per_mtok: write,
-                    terms: ModelTerms {
-                        cache_write_1h_per_mtok: write_1h,
-                        long_context: long.map(|(above, rates)| LongContext {
-                            above_input_tokens: above,
-                            rates,
-                        }),
-                        service_tiers: priority
-                            .map(|r| (ServiceTier::Priority, r))
-                            .into_iter()
-                            .collect(),
-                        ..ModelTerms::default()
-                    },
-                    ..dest(api, None, None)
+                |((api, upstream), (input, output), cached, write, write_1h, long, priority)| {
+                    Destination {
+                        upstream_model: upstream.into(),
+                        input_per_mtok: input,
+                        output_per_mtok: output,
+                        cached_input_per_mtok: cached,
+                        cache_write_per_mtok: write,
+                        terms: ModelTerms {
+                            cache_write_1h_per_mtok: write_1h,
+                            long_context: long.map(|(above, rates)| LongContext {
+                                above_input_tokens: above,
+                                rates,
+                            }),
+                            service_tiers: priority
+                                .map(|r| (ServiceTier::Priority, r))
+                                .into_iter()
+                                .collect(),
+                            ..ModelTerms::default()
+                        },
+                        ..dest(api, None, None)
+                    }
                 },
             )
     }

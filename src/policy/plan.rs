@@ -419,18 +419,32 @@ impl Destination {
         }
     }
 
-    /// Whether a call to this destination can be billed for cache writes. Only
-    /// Anthropic's Messages API bills them per call; OpenAI writes its cache for free
-    /// and Gemini bills cache storage by the hour, outside any call. A listed rate
-    /// counts whatever the API, since someone priced it for a reason.
+    /// Whether a call to this destination can be billed for cache writes. Anthropic
+    /// bills them per call; OpenAI writes its cache for free and Gemini bills cache
+    /// storage by the hour, outside any call. Anthropic's models bill them whichever
+    /// API reaches them: an OpenAI-compatible relay (OpenRouter, LiteLLM) or a cloud
+    /// passes a part's `cache_control` on. A listed rate counts whatever the API, since
+    /// someone priced it for a reason.
     pub fn bills_cache_writes(&self) -> bool {
-        self.cache_write_per_mtok.is_some() || self.api == Api::Anthropic
+        self.cache_write_per_mtok.is_some() || self.anthropic_billed()
     }
 
-    /// Whether a call here can be billed for 1-hour cache writes: Anthropic's, or any
-    /// API whose entry lists the rate.
+    /// Whether a call here can be billed for 1-hour cache writes: Anthropic's (as for
+    /// `bills_cache_writes`), or any API whose entry lists the rate.
     pub fn bills_1h_cache_writes(&self) -> bool {
-        self.terms.cache_write_1h_per_mtok.is_some() || self.api == Api::Anthropic
+        self.terms.cache_write_1h_per_mtok.is_some() || self.anthropic_billed()
+    }
+
+    /// Anthropic's API, or one of Anthropic's models behind another (`claude` in the
+    /// model id, however the relay or cloud spells the rest: `anthropic/claude-…`,
+    /// `anthropic.claude-…`, `claude-…@…`).
+    fn anthropic_billed(&self) -> bool {
+        self.api == Api::Anthropic
+            || self
+                .upstream_model
+                .as_bytes()
+                .windows(6)
+                .any(|w| w.eq_ignore_ascii_case(b"claude"))
     }
 
     /// The most one input token can cost here at the base rates: see `rates`.
@@ -815,6 +829,32 @@ mod tests {
         let mut d = named(Api::Openai, "gpt-4o-mini");
         d.terms.cap_field = Some(CapField::MaxCompletionTokens);
         assert_eq!(d.cap_field(), CapField::MaxCompletionTokens);
+    }
+
+    #[test]
+    fn claude_models_bill_cache_writes_whatever_api_reaches_them() {
+        for (api, m) in [
+            (Api::Anthropic, "claude-sonnet-4-5"),
+            (Api::Openai, "anthropic/claude-sonnet-4"),
+            (Api::Openai, "anthropic.claude-3-5-sonnet-20240620-v1:0"),
+            (
+                Api::Openai,
+                "publishers/anthropic/models/claude-3-5-sonnet@20240620",
+            ),
+            (Api::Openai, "Claude-Opus-4"),
+            (Api::Anthropic, "some-proxy-model"),
+        ] {
+            let d = named(api, m);
+            assert!(d.bills_cache_writes() && d.bills_1h_cache_writes(), "{m}");
+        }
+        for (api, m) in [
+            (Api::Openai, "gpt-4o"),
+            (Api::Openai, "deepseek-chat"),
+            (Api::Gemini, "gemini-2.5-pro"),
+        ] {
+            let d = named(api, m);
+            assert!(!d.bills_cache_writes() && !d.bills_1h_cache_writes(), "{m}");
+        }
     }
 
     #[test]

@@ -151,7 +151,9 @@ pub fn responses_usage(u: &Value) -> Usage {
     Usage {
         input: input.map(|p| p.max(cached.unwrap_or(0))),
         cached_input: cached,
-        cache_write: input.map(|_| 0),
+        // As for chat: what is reported, else a structural zero.
+        cache_write: input
+            .map(|_| count(u, "/input_tokens_details/cache_write_tokens").unwrap_or(0)),
         output: super::largest([count(u, "/output_tokens"), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
@@ -206,9 +208,19 @@ pub fn usage_block(u: &Value) -> Usage {
         // Cache reads are part of the prompt: a prompt count below them is read at them.
         input: input.map(|p| p.max(cached.unwrap_or(0))),
         cached_input: cached,
-        // OpenAI writes its prompt cache at no charge: a structural zero, so that a
-        // missing breakdown is never mistaken for unreported writes.
-        cache_write: input.map(|_| 0),
+        // Writes a relay reports for a model that bills them (OpenRouter's
+        // `prompt_tokens_details.cache_write_tokens`, LiteLLM's top-level
+        // `cache_creation_input_tokens`), at the larger. OpenAI writes its prompt cache
+        // at no charge: none reported is a structural zero, so that a missing breakdown
+        // is never mistaken for unreported writes, and `pricing::charge` charges writes
+        // apart only where the destination bills them.
+        cache_write: input.map(|_| {
+            super::largest([
+                count(u, "/prompt_tokens_details/cache_write_tokens"),
+                count(u, "/cache_creation_input_tokens"),
+            ])
+            .unwrap_or(0)
+        }),
         // Reasoning alone is a part, not a total: with no total reported the output
         // stays unreported (charged at its bound), never read as the part.
         output: super::largest([count(u, "/completion_tokens"), from_total])
