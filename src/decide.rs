@@ -78,12 +78,6 @@ pub struct Context {
     pub credential_changed: bool,
     /// This destination was already retried once with a re-read credential.
     pub already_retried: bool,
-    /// The client hung up (or stopped reading) before this decision: an answer would
-    /// reach nobody, so no further call is worth its cost. DESIGN 5 keeps a call already
-    /// sent running to its end; it says nothing of starting one, and a finance team
-    /// would not pay for an answer nobody receives (LiteLLM and Portkey stop retrying
-    /// once the client is gone too).
-    pub client_gone: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,8 +126,6 @@ pub enum Why {
     /// The decision was to fail over, but the alternate's API cannot carry a field of
     /// the request (purser drops nothing silently).
     AlternateRefusesFields,
-    /// The retry or failover would call a vendor for a client that has left.
-    ClientGone,
     /// Failing over needs the alternate's worst case reserved, and it was not asked
     /// for (a chain that skipped `awaits_budget` fails closed).
     BudgetUnasked,
@@ -164,7 +156,6 @@ impl Decision {
             Why::AlternateOverCeiling => format!("{c}: the alternate's worst case does not fit the ceiling"),
             Why::AlternateOverBudget => format!("{c} is provider-side, but the alternate's worst case does not fit what is left of the period budget: no further call is made"),
             Why::AlternateRefusesFields => format!("{c} is provider-side, but the alternate's API cannot carry a field of this request: no further call is made"),
-            Why::ClientGone => format!("{c}, but the client has left: an answer nobody receives is not worth another call, so no further call is made"),
             Why::BudgetUnasked => format!("{c} is provider-side, but the alternate's worst case was not reserved in the budget: no further call is made"),
             Why::ProviderSideClass => format!("{c} is provider-side: failing over to the alternate"),
         }
@@ -185,8 +176,6 @@ pub fn decide(class: FailureClass, ctx: &Context) -> Decision {
                 // A 2xx auth error (a relay's): the call may have been billed, and the
                 // retry's worst case has no reservation of its own.
                 d(Action::Refuse, Why::RetryMayBillTwice, class)
-            } else if ctx.client_gone {
-                d(Action::Refuse, Why::ClientGone, class)
             } else if ctx.credential_changed {
                 d(Action::RetrySame, Why::CredentialRotated, class)
             } else {
@@ -234,10 +223,6 @@ fn fail_over_or_stop(class: FailureClass, ctx: &Context) -> Decision {
     }
     if !carries {
         return d(Action::Stop, Why::AlternateRefusesFields, class);
-    }
-    // Before the budget: a client that has left costs no top-up either.
-    if ctx.client_gone {
-        return d(Action::Stop, Why::ClientGone, class);
     }
     match budget {
         BudgetRoom::Reserved => d(Action::FailOver, Why::ProviderSideClass, class),
@@ -287,7 +272,6 @@ pub fn fails_over(class: FailureClass, mode: Mode) -> bool {
         },
         credential_changed: false,
         already_retried: false,
-        client_gone: false,
     };
     decide(class, &ctx).action == Action::FailOver
 }

@@ -58,14 +58,7 @@ fn state(a: Alt) -> AlternateState {
     }
 }
 
-/// Credential changed, already retried, client gone: every combination.
-fn flags() -> impl Iterator<Item = (bool, bool, bool)> {
-    (0..8).map(|i| (i & 1 != 0, i & 2 != 0, i & 4 != 0))
-}
-
-/// DESIGN 5, restated, with one rule DESIGN leaves open: a client that has left gets no
-/// further call (no retry, no failover).
-#[allow(clippy::too_many_arguments)] // the table's dimensions, named
+/// DESIGN 5, restated.
 fn expected(
     class: FailureClass,
     mode: Mode,
@@ -74,7 +67,6 @@ fn expected(
     this: Billing,
     changed: bool,
     retried: bool,
-    gone: bool,
 ) -> Action {
     use FailureClass::*;
     let refuse = [
@@ -87,7 +79,7 @@ fn expected(
     if refuse.contains(&class) {
         // A rotated key is retried once, on the same reservation: only when the failed
         // call cannot have been billed (a 2xx auth error may have been).
-        if class == Auth && changed && !retried && this == Billing::NotBilled && !gone {
+        if class == Auth && changed && !retried && this == Billing::NotBilled {
             return Action::RetrySame;
         }
         return Action::Refuse;
@@ -95,7 +87,7 @@ fn expected(
     // Whatever may have billed this attempt or an earlier one: its class, or that the
     // vendor started (a 2xx, streamed output), or usage found in it.
     let all_not_billed = earlier == Billing::NotBilled && this == Billing::NotBilled;
-    let ok = alt == Alt::Configured && (mode == Mode::Soft || all_not_billed) && !gone;
+    let ok = alt == Alt::Configured && (mode == Mode::Soft || all_not_billed);
     if ok { Action::FailOver } else { Action::Stop }
 }
 
@@ -114,28 +106,29 @@ fn decision_table_matches_design_5() {
             for alt in ALTS {
                 for earlier in [Billing::NotBilled, Billing::MaybeBilled, Billing::Billed] {
                     for this in billings_of(class) {
-                        for (changed, retried, gone) in flags() {
-                            let ctx = Context {
-                                mode,
-                                earlier_billing: earlier,
-                                billing: this,
-                                alternate: state(alt),
-                                credential_changed: changed,
-                                already_retried: retried,
-                                client_gone: gone,
-                            };
-                            let d = decide(class, &ctx);
-                            let want =
-                                expected(class, mode, alt, earlier, this, changed, retried, gone);
-                            assert_eq!(
-                                d.action,
-                                want,
-                                "{class} {mode:?} {alt:?} {earlier:?} {this:?} changed={changed} retried={retried} gone={gone}: {}",
-                                d.reason()
-                            );
-                            assert_eq!(d.class, class);
-                            assert!(!d.reason().is_empty());
-                            rows += 1;
+                        for changed in [false, true] {
+                            for retried in [false, true] {
+                                let ctx = Context {
+                                    mode,
+                                    earlier_billing: earlier,
+                                    billing: this,
+                                    alternate: state(alt),
+                                    credential_changed: changed,
+                                    already_retried: retried,
+                                };
+                                let d = decide(class, &ctx);
+                                let want =
+                                    expected(class, mode, alt, earlier, this, changed, retried);
+                                assert_eq!(
+                                    d.action,
+                                    want,
+                                    "{class} {mode:?} {alt:?} {earlier:?} {this:?} changed={changed} retried={retried}: {}",
+                                    d.reason()
+                                );
+                                assert_eq!(d.class, class);
+                                assert!(!d.reason().is_empty());
+                                rows += 1;
+                            }
                         }
                     }
                 }
@@ -143,7 +136,7 @@ fn decision_table_matches_design_5() {
         }
     }
     // 9 not-billed classes × 3 billings, 4 maybe-billed classes × 2.
-    assert_eq!(rows, (9 * 3 + 4 * 2) * 2 * 8 * 3 * 2 * 2 * 2);
+    assert_eq!(rows, (9 * 3 + 4 * 2) * 2 * 8 * 3 * 2 * 2);
 }
 
 /// The budget is asked exactly when it is all that stands between the request and its
@@ -162,23 +155,14 @@ fn the_budget_is_asked_only_when_it_decides() {
                             alternate: state(alt),
                             credential_changed: false,
                             already_retried: false,
-                            client_gone: false,
                         };
                         let reserved = Context {
                             alternate: ctx.alternate.with_budget(BudgetRoom::Reserved),
                             ..ctx
                         };
                         let want = alt == Alt::BudgetUnasked
-                            && expected(
-                                class,
-                                mode,
-                                Alt::Configured,
-                                earlier,
-                                this,
-                                false,
-                                false,
-                                false,
-                            ) == Action::FailOver;
+                            && expected(class, mode, Alt::Configured, earlier, this, false, false)
+                                == Action::FailOver;
                         assert_eq!(
                             awaits_budget(class, &ctx),
                             want,
@@ -221,7 +205,6 @@ fn a_started_attempt_never_fails_over_under_hard() {
                 alternate: state(Alt::Configured),
                 credential_changed: false,
                 already_retried: false,
-                client_gone: false,
             };
             assert_eq!(decide(class, &ctx).action, Action::Stop, "{class} {this:?}");
             let soft = Context {
@@ -251,7 +234,6 @@ fn hard_mode_never_fails_over_after_a_maybe_billed_class() {
             alternate: state(Alt::Configured),
             credential_changed: false,
             already_retried: false,
-            client_gone: false,
         };
         assert_eq!(decide(class, &ctx).action, Action::Stop, "{class}");
         let soft = Context {
@@ -273,7 +255,6 @@ fn nothing_produces_a_third_destination() {
                 alternate: AlternateState::AlreadyUsed,
                 credential_changed: true,
                 already_retried: false,
-                client_gone: false,
             };
             assert_ne!(decide(class, &ctx).action, Action::FailOver, "{class}");
         }
@@ -289,7 +270,6 @@ fn auth_retries_once_only_when_the_credential_changed() {
         alternate: state(Alt::Configured),
         credential_changed: false,
         already_retried: false,
-        client_gone: false,
     };
     assert_eq!(decide(FailureClass::Auth, &base).action, Action::Refuse);
     let changed = Context {
@@ -305,40 +285,4 @@ fn auth_retries_once_only_when_the_credential_changed() {
         ..changed
     };
     assert_eq!(decide(FailureClass::Auth, &again).action, Action::Refuse);
-}
-
-/// A client that has left is worth no further call: no failover, no retry with a
-/// rotated key, and no top-up reserved for an alternate that will not be called.
-#[test]
-fn a_client_gone_gets_no_further_call_nor_a_reservation() {
-    for class in FailureClass::ALL {
-        for mode in [Mode::Hard, Mode::Soft] {
-            let ctx = Context {
-                mode,
-                earlier_billing: Billing::NotBilled,
-                billing: class.billing(),
-                alternate: state(Alt::BudgetUnasked),
-                credential_changed: true,
-                already_retried: false,
-                client_gone: true,
-            };
-            assert!(!awaits_budget(class, &ctx), "{class} {mode:?}");
-            let d = decide(class, &ctx);
-            assert!(
-                matches!(d.action, Action::Stop | Action::Refuse),
-                "{class} {mode:?}: {:?}",
-                d.action
-            );
-            let reserved = Context {
-                alternate: state(Alt::Configured),
-                ..ctx
-            };
-            let d = decide(class, &reserved);
-            assert!(
-                matches!(d.action, Action::Stop | Action::Refuse),
-                "{class} {mode:?}: {:?}",
-                d.action
-            );
-        }
-    }
 }

@@ -407,7 +407,6 @@ impl Chain<'_> {
             alternate,
             credential_changed,
             already_retried: at.retried,
-            client_gone: rec.client_gone(),
         };
         let mut over_budget = None;
         if let (true, Some(a)) = (decide::awaits_budget(class, &ctx), &self.sel.alternate) {

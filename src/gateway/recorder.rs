@@ -98,11 +98,6 @@ impl Recorder {
         self.client.gone.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the client has hung up or stopped reading.
-    pub fn client_gone(&self) -> bool {
-        self.client.gone()
-    }
-
     /// Billed cost of the attempts recorded so far.
     pub fn billed(&self) -> Money {
         self.billed
