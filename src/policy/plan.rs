@@ -189,6 +189,9 @@ pub struct Provider {
 pub struct Endpoints {
     base: String,
     parsed: Vec<(EndpointPath, reqwest::Url)>,
+    /// The vendor's own platform (`api.openai.com`), where a request that names no
+    /// `service_tier` is served at the tier its project's settings pick.
+    project_picks_tier: bool,
 }
 
 /// The fixed paths under a provider's base URL (Gemini's carry the model: not fixed).
@@ -225,10 +228,20 @@ impl Endpoints {
                     .map(|u| (p, u))
             })
             .collect();
+        let project_picks_tier =
+            reqwest::Url::parse(base).is_ok_and(|u| u.host_str() == Some("api.openai.com"));
         Endpoints {
             base: base.to_string(),
             parsed,
+            project_picks_tier,
         }
+    }
+
+    /// Whether the vendor serves a request that names no `service_tier` at the tier
+    /// its project's settings pick (OpenAI's platform: possibly `priority`, at about
+    /// twice the standard rates), rather than at its standard one.
+    pub fn project_picks_tier(&self) -> bool {
+        self.project_picks_tier
     }
 
     pub fn base(&self) -> &str {

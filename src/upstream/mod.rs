@@ -944,6 +944,73 @@ mod tests {
         }
     }
 
+    /// On OpenAI's platform a request naming no tier is pinned to the standard one, so
+    /// the project's settings cannot pick `priority` for it; a tier the client named is
+    /// kept, and nothing is added elsewhere.
+    #[test]
+    fn openai_pins_an_unset_tier_only_where_the_project_would_pick_it() {
+        let tier = |base: &str, body: Value, ingress: crate::ingress::Ingress| {
+            let mut r = req();
+            r.body = body;
+            r.ingress = ingress;
+            prepare(
+                Api::Openai,
+                &dest(Api::Openai),
+                &Endpoints::new(base),
+                None,
+                &r,
+            )
+            .body
+            .to_value()
+            .get("service_tier")
+            .cloned()
+        };
+        let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let responses = json!({"model": "m", "input": "hi"});
+        for (body, ingress) in [
+            (chat.clone(), crate::ingress::Ingress::Chat),
+            (responses, crate::ingress::Ingress::Responses),
+        ] {
+            assert_eq!(
+                tier("https://api.openai.com/v1", body.clone(), ingress),
+                Some(json!("default"))
+            );
+            assert_eq!(tier("http://x/v1", body.clone(), ingress), None);
+            assert_eq!(tier("https://api.groq.com/openai/v1", body, ingress), None);
+        }
+        let mut flex = chat.clone();
+        flex["service_tier"] = json!("flex");
+        assert_eq!(
+            tier(
+                "https://api.openai.com/v1",
+                flex,
+                crate::ingress::Ingress::Chat
+            ),
+            Some(json!("flex"))
+        );
+        // An entry that declares tiers proves a request naming none at the dearest of
+        // them: the project's pick is left alone.
+        let mut d = dest(Api::Openai);
+        d.terms.service_tiers.insert(
+            crate::policy::plan::ServiceTier::Flex,
+            crate::policy::plan::Rates {
+                input_per_mtok: d.input_per_mtok,
+                output_per_mtok: d.output_per_mtok,
+                cached_input_per_mtok: None,
+            },
+        );
+        let mut r = req();
+        r.body = chat;
+        let sent = prepare(
+            Api::Openai,
+            &d,
+            &Endpoints::new("https://api.openai.com/v1"),
+            None,
+            &r,
+        );
+        assert_eq!(sent.body.to_value().get("service_tier"), None);
+    }
+
     #[test]
     fn openai_passes_through_with_the_proven_bound() {
         let p = prepare(

@@ -18,17 +18,17 @@ pub fn prepare(
         // faithful chat form never gets here.
         crate::ingress::Ingress::Messages => match req.as_chat() {
             Ok(chat) => {
-                let (set, remove) = edits(dest, req, chat);
+                let (set, remove) = edits(dest, base, req, chat);
                 overlay(chat, &set, &remove)
             }
             Err(_) => {
                 let chat = json!({"messages": []});
-                let (set, remove) = edits(dest, req, &chat);
+                let (set, remove) = edits(dest, base, req, &chat);
                 overlay(&chat, &set, &remove)
             }
         },
         crate::ingress::Ingress::Chat => {
-            let (set, remove) = edits(dest, req, &req.body);
+            let (set, remove) = edits(dest, base, req, &req.body);
             overlay(&req.body, &set, &remove)
         }
     };
@@ -47,6 +47,7 @@ pub fn prepare(
 /// removed.
 fn edits(
     dest: &Destination,
+    base: &Endpoints,
     req: &ChatRequest,
     chat: &Value,
 ) -> (Vec<(&'static str, Value)>, Vec<&'static str>) {
@@ -63,6 +64,9 @@ fn edits(
         (keep, json!(req.max_tokens)),
     ];
     let mut remove = vec![drop];
+    if let Some(pin) = pinned_tier(dest, base, chat) {
+        set.push(pin);
+    }
     if req.stream {
         set.push(("stream", json!(true)));
         // Usage in the last chunk is how a stream's exact cost becomes known: added
@@ -79,6 +83,24 @@ fn edits(
     (set, remove)
 }
 
+/// The tier a request that names none is pinned to: on a platform where the project's
+/// settings would pick it (`Endpoints::project_picks_tier`), for a model whose entry
+/// declares no tiers, the standard one (`default`), which is what its worst case was
+/// proved at. An entry that declares tiers has a request naming none proved at the
+/// dearest of them, and the project's choice (a cheaper `flex`, say) is kept. Nothing
+/// elsewhere: compatible servers name their tiers otherwise (Groq's `on_demand`) or
+/// refuse fields they do not know.
+fn pinned_tier(
+    dest: &Destination,
+    base: &Endpoints,
+    body: &Value,
+) -> Option<(&'static str, Value)> {
+    (base.project_picks_tier()
+        && dest.terms.service_tiers.is_empty()
+        && body.get("service_tier").is_none())
+    .then(|| ("service_tier", json!("default")))
+}
+
 /// A Responses API body, passed through: the upstream model id, and the proved output
 /// bound in `max_output_tokens`, added when the client sent none (Codex never does).
 fn responses(
@@ -87,14 +109,14 @@ fn responses(
     key: Option<&str>,
     req: &ChatRequest,
 ) -> Prepared {
-    let body = overlay(
-        &req.body,
-        &[
-            ("model", json!(dest.upstream_model)),
-            ("max_output_tokens", json!(req.max_tokens)),
-        ],
-        &[],
-    );
+    let mut set = vec![
+        ("model", json!(dest.upstream_model)),
+        ("max_output_tokens", json!(req.max_tokens)),
+    ];
+    if let Some(pin) = pinned_tier(dest, base, &req.body) {
+        set.push(pin);
+    }
+    let body = overlay(&req.body, &set, &[]);
     let mut headers = vec![];
     if let Some(k) = key {
         headers.push(("authorization", format!("Bearer {k}")));
