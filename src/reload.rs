@@ -10,6 +10,11 @@ use serde::Serialize;
 use crate::gateway::Engine;
 use crate::policy::{self, Diagnostics};
 
+/// How long a reload that adds budgets waits for the admissions under way to reach the
+/// ledger. New admissions queue behind the waiting reload, so this bounds how long a
+/// stalled ledger can hold them there; a healthy one answers in milliseconds.
+const PAUSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct Reloader {
     engine: Arc<Engine>,
     dir: PathBuf,
@@ -104,15 +109,32 @@ impl Reloader {
             })
             .map(|(p, b)| (p.id.to_string(), b.period))
             .collect();
-        let paused = self.engine.pause_admissions().await;
-        self.engine
-            .ledger
-            .reseed_windows(added, self.engine.now())
-            .await
-            .map_err(|e| ReloadError::Ledger {
-                kept: running.id().to_string(),
-                detail: e.to_string(),
-            })?;
+        // Nothing added, nothing to count: no pause (a stalled ledger then delays no
+        // admission behind the reload).
+        let paused = if added.is_empty() {
+            None
+        } else {
+            let paused = self
+                .engine
+                .pause_admissions(PAUSE_PATIENCE)
+                .await
+                .ok_or_else(|| ReloadError::Ledger {
+                    kept: running.id().to_string(),
+                    detail: format!(
+                        "the admissions under way did not reach the ledger within {} s",
+                        PAUSE_PATIENCE.as_secs()
+                    ),
+                })?;
+            self.engine
+                .ledger
+                .reseed_windows(added, self.engine.now())
+                .await
+                .map_err(|e| ReloadError::Ledger {
+                    kept: running.id().to_string(),
+                    detail: e.to_string(),
+                })?;
+            Some(paused)
+        };
         let warnings = plan.warnings().iter().map(|w| w.to_string()).collect();
         let plan_id = plan.id().to_string();
         let previous = self.engine.replace_plan(plan);

@@ -322,6 +322,62 @@ async fn an_admission_under_way_when_a_budget_is_added_back_is_in_its_window(eng
     );
 }
 
+/// A reload that adds a budget waits for the admissions under way at most 5 s: one held
+/// longer (here by the clock; in life by a stalled ledger) makes the reload fail with
+/// the running plan kept, and admissions flow again once it has given up, rather than
+/// queueing behind it for as long as the stall lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_waits_for_admissions_under_way_only_so_long() {
+    let clock = HoldingClock::new();
+    let g = common::start_on_clocked(
+        Engine::Sqlite,
+        "holders_patience",
+        |v| docs(v, false),
+        str::to_string,
+        clock.clone(),
+    )
+    .await
+    .unwrap();
+    let before = g.engine.plan().id().to_string();
+    clock.hold_call(2);
+    let url = g.url("/v1/chat/completions");
+    let call = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth("k")
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    for _ in 0..500 {
+        if clock.holding() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(clock.holding(), "the request never reached its admission");
+    let mut all = vec!["kind: gateway\ncurrency: USD\n".to_string()];
+    all.extend(docs(&g.vendors, true));
+    std::fs::write(g.config.join("set.yaml"), all.join("---\n")).unwrap();
+    let (s, body) = g.admin_post("/admin/v1/reload").await;
+    assert_eq!(s, 503, "{body}");
+    assert!(
+        body.to_string().contains("did not reach the ledger"),
+        "{body}"
+    );
+    assert_eq!(g.engine.plan().id(), before, "the running plan is kept");
+    clock.release();
+    assert_eq!(call.await.unwrap(), 200);
+    // The budget is added once the ledger is there again.
+    let (s, body) = g.admin_post("/admin/v1/reload").await;
+    assert_eq!(s, 200, "{body}");
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    common::money::assert_money_invariants_after_reloads_on(&g.ledger_db, &g.vendors, &["oa"])
+        .await;
+}
+
 // ---- on the ledger itself ----
 
 async fn target(engine: Engine, test: &str, dir: &tempfile::TempDir) -> Option<Target> {

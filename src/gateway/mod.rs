@@ -259,12 +259,13 @@ pub struct Engine {
     active: RwLock<Arc<Active>>,
     /// Serialises plan swaps so breaker state carried across reloads is never lost.
     swap: std::sync::Mutex<()>,
-    /// An admission holds the read side from reading the running plan's budgets until
-    /// its reservation is in the ledger (or refused); a reload holds the write side
-    /// while it counts the windows of the budgets it adds and swaps the plan
-    /// (`pause_admissions`). So no admission that read the old budgets reaches the
-    /// ledger after the new ones were counted: such a one held nothing in an added
-    /// window, and the window never counted it.
+    /// A request holds the read side from taking its `received_at` (which names its
+    /// budget windows) until its admission is in the ledger (or it is refused); a
+    /// reload that adds budgets holds the write side while it counts their windows and
+    /// swaps the plan (`pause_admissions`). So no admission under the old budgets
+    /// reaches the ledger after the count: such a one holds nothing in an added window,
+    /// and the window would never count it. Nor is one received in the period before
+    /// the count's admitted after it, into a window the count did not look at.
     admissions: tokio::sync::RwLock<()>,
     pub ledger: Ledger,
     pub metrics: Metrics,
@@ -384,12 +385,19 @@ impl Engine {
         self.clock.wall()
     }
 
-    /// Wait for the admissions under way to reach the ledger, and hold new ones back
-    /// until the guard is dropped: a reload counts the windows it adds and swaps the
-    /// plan while it holds it, so every admission either is in the count or checks the
-    /// new plan's budgets against the counted windows.
-    pub async fn pause_admissions(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
-        self.admissions.write().await
+    /// Wait, at most `patience`, for the admissions under way to reach the ledger, and
+    /// hold new ones back until the guard is dropped: a reload counts the windows it
+    /// adds and swaps the plan while it holds it, so every admission either is in the
+    /// count or checks the new plan's budgets against the counted windows. `None` when
+    /// they did not reach it in time (a stalled ledger): new admissions wait behind a
+    /// pending pause, so the wait is bounded rather than left to the stall.
+    pub async fn pause_admissions(
+        &self,
+        patience: std::time::Duration,
+    ) -> Option<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        tokio::time::timeout(patience, self.admissions.write())
+            .await
+            .ok()
     }
 
     /// Swap in a new plan atomically; requests already running keep theirs. Breaker
@@ -655,6 +663,11 @@ impl Engine {
             error,
         };
 
+        // From the instant that names the request's budget windows (`received_at`) until
+        // its admission is in the ledger: a reload that adds a budget counts the windows
+        // only once no such request is on its way (`pause_admissions`), whichever period
+        // it was received in.
+        let admitting = self.admissions.read().await;
         let mut new_request = NewRequest {
             id: request_id.clone(),
             received_at: self.clock.wall(),
@@ -719,9 +732,7 @@ impl Engine {
             Some(selected.bounds.output),
         ));
         // The running plan's limits, not this request's snapshot's: a reload that lowered
-        // a budget while the request was being parsed and selected binds it too. Read
-        // and written under the admissions lock, so no reload lands in between.
-        let admitting = self.admissions.read().await;
+        // a budget while the request was being parsed and selected binds it too.
         let budgets = current_limits(&self.plan(), policy);
         // The first attempt is written with the admission: one commit, not two.
         let first = NewAttempt {
