@@ -103,7 +103,18 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         Some(ServedTier::Unlisted) => TierChoice::Dearest,
         None => bounds.tier_choice(),
     };
-    let rates = dest.rates(usage.input.unwrap_or(bounds.input), tier);
+    let rates = dest
+        .rates(usage.input.unwrap_or(bounds.input), tier)
+        .marked(bounds.cache_marked);
+    // The cache writes as reported. Where no write can be billed (nothing asked for
+    // one, and the API bills none by itself), one not reported is a structural 0;
+    // where one can, it is unknown, and priced below as a part that may hide in the
+    // plain input.
+    let cache_write = match usage.cache_write {
+        Some(w) => Some(w),
+        None if !(rates.bills_writes || rates.bills_1h_writes) => usage.input.map(|_| 0),
+        None => None,
+    };
     // The vendor picked the tier and did not say which: the dearest declared one is a
     // guess at what was billed.
     let guessed = tier == TierChoice::AnyDeclared && !dest.terms.service_tiers.is_empty();
@@ -116,18 +127,20 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         Some(total) => {
             let (cached, write, write_1h) = (rates.cached, rates.write, rates.write_1h);
             let reads = usage.cached_input.unwrap_or(0);
-            // Writes are charged apart only where the destination bills them (OpenAI
-            // writes its cache for free and may still count them): elsewhere they are
-            // plain input.
+            // Writes are charged apart only where they can be billed (OpenAI writes its
+            // cache for free and may still count them): elsewhere they are plain input.
             let writes = if rates.bills_writes || rates.bills_1h_writes {
-                usage.cache_write.unwrap_or(0)
+                cache_write.unwrap_or(0)
             } else {
                 0
             };
             // Writes by lifetime: the 1-hour ones as reported (more than the total
             // reported is charged as reported), the rest 5-minute. Without the split,
-            // every write may be a 1-hour one where the destination bills them.
+            // every write may be a 1-hour one where the destination bills them. Where
+            // only 1-hour writes are billed (an entry listing that rate alone), every
+            // write is one: the rate the bound counted.
             let (short, long) = match usage.cache_write_1h {
+                _ if !rates.bills_writes => (0, writes),
                 // A destination that bills no 1-hour writes bills every write as one.
                 Some(_) if !rates.bills_1h_writes => (writes, 0),
                 Some(h) => (writes.saturating_sub(h), h),
@@ -146,8 +159,8 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
             let mut plain_rate = rates.input;
             let hidden = [
                 (usage.cached_input, cached, true),
-                (usage.cache_write, write, rates.bills_writes),
-                (usage.cache_write, write_1h, rates.bills_1h_writes),
+                (cache_write, write, rates.bills_writes),
+                (cache_write, write_1h, rates.bills_1h_writes),
             ];
             for (reported, rate, possible) in hidden {
                 // An unreported part may hide in the plain tokens: price them at its
@@ -187,7 +200,10 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         basis,
         input_tokens: usage.input,
         output_tokens: usage.output,
-        cache: CacheTokens::of(usage),
+        cache: CacheTokens::of(&Usage {
+            cache_write,
+            ..*usage
+        }),
     }
 }
 
@@ -232,6 +248,7 @@ mod tests {
         choices: 1,
         reasoning: 0,
         tier: TierAsk::VendorPicks,
+        cache_marked: false,
     };
 
     fn full(input: u64, cached: u64, write: u64, output: u64) -> Usage {
@@ -422,6 +439,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
@@ -460,6 +478,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, None), out),
@@ -541,6 +560,7 @@ mod tests {
         let d = tiered();
         let priority = TokenBounds {
             tier: TierAsk::Tier(ServiceTier::Priority),
+            cache_marked: false,
             ..BOUNDS
         };
         // The worst case of a priority request is at priority rates: 1000 × 4 + 500 × 20.
@@ -556,6 +576,7 @@ mod tests {
         assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
         let standard = TokenBounds {
             tier: TierAsk::Standard,
+            cache_marked: false,
             ..BOUNDS
         };
         assert_eq!(worst_case(&d, standard), money("0.007"));
@@ -575,6 +596,7 @@ mod tests {
         // vendor may serve either); served at flex: flex's own rates, 100 × 1 + 10 × 5.
         let flex = TokenBounds {
             tier: TierAsk::Tier(ServiceTier::Flex),
+            cache_marked: false,
             ..BOUNDS
         };
         assert_eq!(worst_case(&d, flex), money("0.007"));
@@ -733,24 +755,29 @@ mod tests {
             0u64..2_000_000,
             (0u64..200_000, 0u64..40_000),
             0u64..4,
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
         )
-            .prop_flat_map(|(d, input, (output, reasoning), choices, priority)| {
-                let b = TokenBounds {
-                    input,
-                    output,
-                    choices,
-                    reasoning,
-                    // Only a declared tier is bounded (the gateway refuses the others).
-                    tier: if priority && !d.terms.service_tiers.is_empty() {
-                        TierAsk::Tier(ServiceTier::Priority)
-                    } else {
-                        TierAsk::VendorPicks
-                    },
-                };
-                let writes = d.bills_cache_writes();
-                (Just(d), usage_within(writes, b), Just(b))
-            })
+            .prop_flat_map(
+                |(d, input, (output, reasoning), choices, (priority, marked))| {
+                    let b = TokenBounds {
+                        input,
+                        output,
+                        choices,
+                        reasoning,
+                        // Only a declared tier is bounded (the gateway refuses the others).
+                        tier: if priority && !d.terms.service_tiers.is_empty() {
+                            TierAsk::Tier(ServiceTier::Priority)
+                        } else {
+                            TierAsk::VendorPicks
+                        },
+                        // A request that asked for a cache write, or not.
+                        cache_marked: marked,
+                    };
+                    // Writes reported whatever the destination: a compatible server may
+                    // count them where none is billed (charged then as plain input).
+                    (Just(d), usage_within(true, b), Just(b))
+                },
+            )
     }
 
     proptest! {

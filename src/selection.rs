@@ -23,6 +23,10 @@ pub struct TokenBounds {
     pub choices: u64,
     /// The service tier the request asks for.
     pub tier: TierAsk,
+    /// The body as sent carries a `cache_control` marker: a cache write may be billed
+    /// (`Applied::marked`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cache_marked: bool,
 }
 
 /// The service tier a request asks for (its `service_tier`).
@@ -77,7 +81,7 @@ pub struct Unbounded {
 /// tier its input bound reaches, the service tier asked for), output, reasoning beyond
 /// the cap included, at the output rate of the same tier.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    let r = d.rates(b.input, b.tier_choice());
+    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
     r.input_ceiling().cost_of(b.input) + r.output.cost_of(b.total_output())
 }
 
@@ -487,6 +491,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
@@ -509,6 +514,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         let names: Vec<_> = ordered(&route, |_| Ok(long_input))
             .iter()
@@ -521,6 +527,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         let names: Vec<_> = ordered(&route, |_| Ok(long_output))
             .iter()
@@ -555,6 +562,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         // worst case = 0.001 + 1.0 > 0.5
         let r = select(
@@ -593,6 +601,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         let Err(Refusal::DoesNotFit { considered, .. }) = select(
             &route,
@@ -630,6 +639,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         let c = ceiling("1", OnExceed::Reject);
         let s = select(&route, &c, |_| Ok(b), |d| d.provider.as_str() == "a").unwrap();
@@ -657,6 +667,7 @@ mod tests {
                     choices: 1,
                     reasoning: 0,
                     tier: TierAsk::VendorPicks,
+                    cache_marked: false,
                 })
             },
             |_| false,
@@ -680,6 +691,7 @@ mod tests {
             choices: 1,
             reasoning: 0,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         // `a` receives the request as a longer body (another API's translation).
         let by_dest = |d: &Destination| match d.provider.as_str() {
@@ -736,6 +748,7 @@ mod tests {
             choices: 1,
             reasoning: 10_000,
             tier: TierAsk::VendorPicks,
+            cache_marked: false,
         };
         // 0.5 at 10/M is 50,000 output tokens, 10,000 of them reasoning: a cap of 40,000.
         let s = select(

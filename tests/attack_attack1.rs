@@ -312,11 +312,11 @@ async fn a_gemini_alias_is_held_to_a_thinking_budget() {
 /// write rate, and `usage_block` books writes as a structural 0: the worst case is
 /// proved at the base input rate and the writes are never charged.
 ///
-/// Closed: a Claude model bills cache writes whichever API reaches it
-/// (`Destination::bills_cache_writes`), so the bound counts input at the dearest write
-/// rate (2× input with no listed rate) and this request no longer fits the 0.2 ceiling;
-/// a relay's reported writes are read (`cache_write_tokens`,
-/// `cache_creation_input_tokens`) and charged at the write rate.
+/// Closed: a `cache_control` mark anywhere in what is sent asks for a write, which the
+/// bound counts at the dearest write rate (`Applied::marked`; 2× input with no listed
+/// rate), so this request no longer fits the 0.2 ceiling; a relay's reported writes
+/// are read (`cache_write_tokens`, `cache_creation_input_tokens`) and charged at the
+/// write rate, and unreported ones are charged as a bound.
 #[tokio::test]
 async fn cache_writes_asked_through_a_relay_are_bounded_or_refused() {
     let g = gateway().await;
@@ -355,12 +355,15 @@ async fn cache_writes_asked_through_a_relay_are_bounded_or_refused() {
     settle(&g).await;
 }
 
-/// The cache writes a relay reports for a Claude model are charged at the write rate,
-/// in OpenRouter's shape (`prompt_tokens_details.cache_write_tokens`) and LiteLLM's
-/// (`cache_creation_input_tokens`), within the worst case; the same report from an
-/// OpenAI model (whose cache writes are free) is charged as plain input.
+/// A request that marks a part with `cache_control` asks for a cache write, which the
+/// vendor behind an OpenAI-compatible API may bill (Anthropic through OpenRouter or
+/// LiteLLM; Alibaba's explicit cache). Its writes are charged at the write rate as
+/// reported, in OpenRouter's shape (`prompt_tokens_details.cache_write_tokens`) and
+/// LiteLLM's (`cache_creation_input_tokens`), within the worst case; not reported,
+/// they are unknown and the input is charged at the write rate (basis `worst_case`).
+/// Without a mark, writes a server reports are plain input (OpenAI's are free).
 #[tokio::test]
-async fn cache_writes_a_relay_reports_are_charged_where_the_model_bills_them() {
+async fn cache_writes_are_charged_where_the_request_asked_for_them() {
     let g = gateway().await;
     let answer = |model: &str, usage: Value| {
         Script::Status(
@@ -371,19 +374,26 @@ async fn cache_writes_a_relay_reports_are_charged_where_the_model_bills_them() {
             .to_string(),
         )
     };
-    let text = json!([{"type": "text", "text": "c".repeat(4_000), "cache_control": {"type": "ephemeral"}}]);
+    let marked = json!([{"type": "text", "text": "c".repeat(4_000), "cache_control": {"type": "ephemeral"}}]);
+    let plain = json!([{"type": "text", "text": "c".repeat(4_000)}]);
+    let claude = "anthropic/claude-sonnet-4";
     g.vendors.script(
         "oa",
         vec![
             answer(
-                "anthropic/claude-sonnet-4",
+                claude,
                 json!({"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010,
                        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 1000}}),
             ),
             answer(
-                "anthropic/claude-sonnet-4",
+                claude,
                 json!({"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010,
                        "cache_creation_input_tokens": 1000, "cache_read_input_tokens": 0}),
+            ),
+            answer(
+                claude,
+                json!({"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010,
+                       "prompt_tokens_details": {"cached_tokens": 0}}),
             ),
             answer(
                 "m",
@@ -392,17 +402,23 @@ async fn cache_writes_a_relay_reports_are_charged_where_the_model_bills_them() {
             ),
         ],
     );
-    // 1,000 written at 2 × 3/M (no listed write rate: the stand-in) + 10 out at 15/M.
-    for shape in ["openrouter", "litellm"] {
-        let (status, v, h) = post(&g, LOOSE, ask("claude", text.clone(), json!({}))).await;
+    // 1,000 written at 2 × 3/M (no listed write rate: the stand-in) + 10 out at 15/M,
+    // reported in either shape, or not reported at all (then a bound).
+    for (shape, basis) in [
+        ("openrouter", "estimated"),
+        ("litellm", "estimated"),
+        ("unreported", "worst_case"),
+    ] {
+        let (status, v, h) = post(&g, LOOSE, ask("claude", marked.clone(), json!({}))).await;
         assert_eq!(status, 200, "{shape}: {v}");
         let r = request(&g, &h);
         let a = &r.attempts[0];
         assert_eq!(dec(&a.cost), dec("0.00615"), "{shape}: {a:?}");
+        assert_eq!(a.cost_basis.as_deref(), Some(basis), "{shape}: {a:?}");
         assert!(dec(&a.cost) <= dec(&r.worst_case), "{shape}: {r:?}");
     }
-    // 1,010 tokens at 1/M: the writes are plain input there.
-    let (status, v, h) = post(&g, LOOSE, ask("m", text.clone(), json!({}))).await;
+    // No mark: 1,010 tokens at 1/M, the reported writes plain input.
+    let (status, v, h) = post(&g, LOOSE, ask("m", plain, json!({}))).await;
     assert_eq!(status, 200, "{v}");
     let a = request(&g, &h).attempts[0].clone();
     assert_eq!(dec(&a.cost), dec("0.00101"), "{a:?}");
@@ -635,8 +651,9 @@ async fn escaped_control_characters_are_counted_as_sent() {
 /// schema's `examples` is ~330 bytes compact and ~48 kB rendered; 250 of them fit a
 /// 0.2 ceiling counted compact and render to ~12 MB (≥ 750k tokens even at one token
 /// per 16 spaces). Purser accepts any depth serde_json parses (128).
+///
+/// Closed: `bound::json_len` counts every structure as `tojson(indent=4)` renders it.
 #[tokio::test]
-#[ignore = "hole: bound::json_len counts schemas compact; templates render them indented (quadratic in depth), nesting is unbounded"]
 async fn deeply_nested_schemas_are_bounded_as_rendered() {
     let g = gateway().await;
     let mut deep = json!(1);

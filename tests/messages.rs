@@ -386,10 +386,12 @@ async fn count_tokens_answers_the_bound_and_charges_nothing() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(status, 200, "{v}");
     let n = v["input_tokens"].as_u64().unwrap();
-    // At least the bytes sent; above them by the overheads and the escapes a template
-    // may render the tool schemas with (quotes, `<`, `>`, `&`, `'`, non-ASCII).
+    // At least the bytes sent; above them by the overheads, the escapes a template may
+    // render the tool schemas with (quotes, `<`, `>`, `&`, `'`, non-ASCII), and the
+    // indentation `tojson(indent=4)` gives them (Claude Code's 12 tools: about 1.3×
+    // their compact bytes).
     assert!(
-        n >= bytes - 100 && n < bytes + bytes / 10,
+        n >= bytes - 100 && n < bytes + bytes * 4 / 10,
         "{n} vs {bytes} bytes"
     );
     assert_eq!(g.vendors.calls(PROVIDER), 0);

@@ -138,6 +138,7 @@ fn imagined_bounds(
             reasoning: d.reasoning_budget().unwrap_or(0),
             choices: req.choices.max(1),
             tier: TierAsk::VendorPicks,
+            cache_marked: crate::upstream::bound::cache_marked(d, body),
         });
     }
     let tools = u64::from(req.fields.iter().any(|f| f == "tools" || f == "functions"));
@@ -168,6 +169,8 @@ fn imagined_bounds(
         reasoning: d.reasoning_budget().unwrap_or(0),
         choices: req.choices.max(1),
         tier: TierAsk::VendorPicks,
+        // Counted from sizes only: no body to look for marks in.
+        cache_marked: false,
     })
 }
 

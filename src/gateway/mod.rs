@@ -826,6 +826,9 @@ impl Engine {
             Undeclared::StandIn(SOFT_MEDIA_TOKENS)
         };
         let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
+        // Looked for once: every candidate's bounds need it.
+        let marked =
+            req.ingress != Ingress::Messages && crate::upstream::bound::marks_cache(&req.body);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
             // A destination that cannot take this ingress natively is never chosen.
             if let Err((param, what)) = ingress::check_request(req, d.api)
@@ -860,6 +863,7 @@ impl Engine {
                 reasoning: d.reasoning_budget().unwrap_or(0),
                 choices: parsed.choices,
                 tier: parsed.tier,
+                cache_marked: crate::upstream::bound::cache_marked_for(d, req.ingress, marked),
             })
         };
         selection::select(route, &policy.ceiling, bounds_of, |d| {

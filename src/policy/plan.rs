@@ -228,8 +228,13 @@ impl Endpoints {
                     .map(|u| (p, u))
             })
             .collect();
-        let project_picks_tier =
-            reqwest::Url::parse(base).is_ok_and(|u| u.host_str() == Some("api.openai.com"));
+        // `api.openai.com`, a regional one (`eu.api.openai.com`), with or without the
+        // root's trailing dot.
+        let project_picks_tier = reqwest::Url::parse(base).is_ok_and(|u| {
+            u.host_str()
+                .map(|h| h.trim_end_matches('.'))
+                .is_some_and(|h| h == "api.openai.com" || h.ends_with(".api.openai.com"))
+        });
         Endpoints {
             base: base.to_string(),
             parsed,
@@ -362,6 +367,19 @@ pub struct Applied {
 
 impl Applied {
     /// The most one input token can cost: whatever class it is billed in.
+    /// The same rates for a request whose body, as sent, carries a `cache_control`
+    /// marker: it asks for a cache write, which the vendor behind the API may bill
+    /// (Anthropic through an OpenAI-compatible relay such as OpenRouter or LiteLLM, at
+    /// up to 2× input; Alibaba's explicit cache, at 1.25×), whatever the model is
+    /// called. Unlisted write rates stand in at their fallback.
+    pub fn marked(self, marked: bool) -> Applied {
+        Applied {
+            bills_writes: self.bills_writes || marked,
+            bills_1h_writes: self.bills_1h_writes || marked,
+            ..self
+        }
+    }
+
     pub fn input_ceiling(&self) -> PricePerMTok {
         let mut top = self.input.max(self.cached.per_mtok);
         if self.bills_writes {
@@ -371,6 +389,14 @@ impl Applied {
             top = top.max(self.write_1h.per_mtok);
         }
         top
+    }
+}
+
+/// An unlisted write rate: `CACHE_WRITE_FALLBACK_MULTIPLIER` × this input rate.
+fn base_write_fallback(input: PricePerMTok) -> Rate {
+    Rate {
+        per_mtok: times(input, CACHE_WRITE_FALLBACK_MULTIPLIER),
+        listed: false,
     }
 }
 
@@ -419,45 +445,23 @@ impl Destination {
                 per_mtok: r,
                 listed: true,
             },
-            None => {
-                let input = self.input_per_mtok.per_million().decimal();
-                let fallback = input
-                    .checked_mul(CACHE_WRITE_FALLBACK_MULTIPLIER.into())
-                    .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new);
-                Rate {
-                    per_mtok: PricePerMTok::new(fallback),
-                    listed: false,
-                }
-            }
+            None => base_write_fallback(self.input_per_mtok),
         }
     }
 
-    /// Whether a call to this destination can be billed for cache writes. Anthropic
-    /// bills them per call; OpenAI writes its cache for free and Gemini bills cache
-    /// storage by the hour, outside any call. Anthropic's models bill them whichever
-    /// API reaches them: an OpenAI-compatible relay (OpenRouter, LiteLLM) or a cloud
-    /// passes a part's `cache_control` on. A listed rate counts whatever the API, since
-    /// someone priced it for a reason.
+    /// Whether any call to this destination can be billed for cache writes. Only
+    /// Anthropic's Messages API bills them per call whatever is sent; OpenAI writes its
+    /// cache for free and Gemini bills cache storage by the hour, outside any call. A
+    /// listed rate counts whatever the API, since someone priced it for a reason. Any
+    /// other API bills them when the request asks for them (`Applied::marked`).
     pub fn bills_cache_writes(&self) -> bool {
-        self.cache_write_per_mtok.is_some() || self.anthropic_billed()
+        self.cache_write_per_mtok.is_some() || self.api == Api::Anthropic
     }
 
-    /// Whether a call here can be billed for 1-hour cache writes: Anthropic's (as for
-    /// `bills_cache_writes`), or any API whose entry lists the rate.
+    /// Whether any call here can be billed for 1-hour cache writes: Anthropic's, or any
+    /// API whose entry lists the rate.
     pub fn bills_1h_cache_writes(&self) -> bool {
-        self.terms.cache_write_1h_per_mtok.is_some() || self.anthropic_billed()
-    }
-
-    /// Anthropic's API, or one of Anthropic's models behind another (`claude` in the
-    /// model id, however the relay or cloud spells the rest: `anthropic/claude-…`,
-    /// `anthropic.claude-…`, `claude-…@…`).
-    fn anthropic_billed(&self) -> bool {
-        self.api == Api::Anthropic
-            || self
-                .upstream_model
-                .as_bytes()
-                .windows(6)
-                .any(|w| w.eq_ignore_ascii_case(b"claude"))
+        self.terms.cache_write_1h_per_mtok.is_some() || self.api == Api::Anthropic
     }
 
     /// The most one input token can cost here at the base rates: see `rates`.
@@ -522,17 +526,27 @@ impl Destination {
             per_mtok: times(r.input_per_mtok, CACHE_WRITE_FALLBACK_MULTIPLIER),
             listed: false,
         };
-        let write = if at_base {
-            self.cache_write_rate()
-        } else {
-            fallback
-        };
-        let write_1h = match (at_base, self.terms.cache_write_1h_per_mtok) {
-            (true, Some(x)) => Rate {
+        // The write rates at the base rates: listed, else the fallback multiple.
+        let base_write = self.cache_write_rate();
+        let base_write_1h = match self.terms.cache_write_1h_per_mtok {
+            Some(x) => Rate {
                 per_mtok: x,
                 listed: true,
             },
-            (true, None) | (false, _) => fallback,
+            None => base_write_fallback(self.input_per_mtok),
+        };
+        // Off the base rates (long context, another tier) the listed ones do not apply:
+        // the fallback multiple of the input rate, but never below the base write rate,
+        // so that write rates too never fall as the input grows (a listed 1-hour rate
+        // above twice the long-context input rate would otherwise have).
+        let off_base = |at: Rate| Rate {
+            per_mtok: fallback.per_mtok.max(at.per_mtok),
+            listed: false,
+        };
+        let (write, write_1h) = if at_base {
+            (base_write, base_write_1h)
+        } else {
+            (off_base(base_write), off_base(base_write_1h))
         };
         let cached = match r.cached_input_per_mtok {
             Some(c) => Rate {
@@ -842,32 +856,6 @@ mod tests {
         let mut d = named(Api::Openai, "gpt-4o-mini");
         d.terms.cap_field = Some(CapField::MaxCompletionTokens);
         assert_eq!(d.cap_field(), CapField::MaxCompletionTokens);
-    }
-
-    #[test]
-    fn claude_models_bill_cache_writes_whatever_api_reaches_them() {
-        for (api, m) in [
-            (Api::Anthropic, "claude-sonnet-4-5"),
-            (Api::Openai, "anthropic/claude-sonnet-4"),
-            (Api::Openai, "anthropic.claude-3-5-sonnet-20240620-v1:0"),
-            (
-                Api::Openai,
-                "publishers/anthropic/models/claude-3-5-sonnet@20240620",
-            ),
-            (Api::Openai, "Claude-Opus-4"),
-            (Api::Anthropic, "some-proxy-model"),
-        ] {
-            let d = named(api, m);
-            assert!(d.bills_cache_writes() && d.bills_1h_cache_writes(), "{m}");
-        }
-        for (api, m) in [
-            (Api::Openai, "gpt-4o"),
-            (Api::Openai, "deepseek-chat"),
-            (Api::Gemini, "gemini-2.5-pro"),
-        ] {
-            let d = named(api, m);
-            assert!(!d.bills_cache_writes() && !d.bills_1h_cache_writes(), "{m}");
-        }
     }
 
     #[test]

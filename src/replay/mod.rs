@@ -556,6 +556,8 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
             // The service tier asked for is not in the shape: as for a request that
             // names none, any tier the model declares may be served.
             tier: TierAsk::VendorPicks,
+            // Nor are cache marks: the rates of a request that asked for no write.
+            cache_marked: false,
         })
     };
     match selection::select(route, &policy.ceiling, bounds_of, |_| false) {

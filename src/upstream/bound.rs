@@ -333,6 +333,39 @@ pub fn kind_of_mime(mime: &str) -> Option<MediaKind> {
     }
 }
 
+/// Whether the body as it leaves for `dest` carries a `cache_control` marker anywhere:
+/// it asks for a cache write, which the vendor behind the API may bill
+/// (`Applied::marked`). An OpenAI-API body is the client's, marks kept (a relay
+/// passes them on); a Messages body translated for it has them dropped
+/// (`from_messages`). Anthropic's API bills writes whatever is sent, and Gemini's
+/// translation carries no marks.
+pub fn cache_marked(dest: &Destination, req: &ChatRequest) -> bool {
+    cache_marked_for(dest, req.ingress, marks_cache(&req.body))
+}
+
+/// `cache_marked`, with whether the client's body carries a mark found once
+/// (`marks_cache`) for every candidate destination.
+pub fn cache_marked_for(dest: &Destination, ingress: Ingress, body_marked: bool) -> bool {
+    match (dest.api, ingress) {
+        (Api::Openai, Ingress::Messages) | (Api::Anthropic | Api::Gemini, _) => false,
+        (Api::Openai, Ingress::Chat | Ingress::Responses) => body_marked,
+    }
+}
+
+/// Whether a client's body carries a `cache_control` marker anywhere.
+pub fn marks_cache(body: &Value) -> bool {
+    has_key(body, "cache_control")
+}
+
+/// Whether `key` names a member of any object in `v`.
+fn has_key(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(o) => o.iter().any(|(k, x)| k == key || has_key(x, key)),
+        Value::Array(a) => a.iter().any(|x| has_key(x, key)),
+        Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => false,
+    }
+}
+
 /// The input-token bound of sending `req` to `dest`: the translated body's bytes
 /// (media parts excluded), each media part at its declared bound, and the overheads.
 pub fn input_tokens(
@@ -503,7 +536,9 @@ pub fn sent_bytes(dest: &Destination, req: &ChatRequest) -> u64 {
 const OPENAI_EDITS: u64 = 128;
 
 /// Serialized bytes of `body` with the parts inside `list[].container[]` for which
-/// `media` holds left out.
+/// `media` holds left out. The envelope (the body, its list, the items) is counted
+/// compact, as it is sent: templates render messages as text, not as JSON. Each value
+/// in it that a template may render as JSON counts as `json_len` renders it.
 fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value) -> bool) -> u64 {
     let Value::Object(top) = body else {
         return json_len(body);
@@ -544,13 +579,29 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
     n
 }
 
-/// Bytes of `v` as compact JSON. Text the model reads as text (a `content` or `text`
-/// string) counts by its UTF-8 bytes; every other string at its longest JSON
-/// rendering, because chat templates re-render structure (tool schemas, arguments,
-/// response formats) with `tojson`, which escapes control characters, HTML-sensitive
-/// characters and, by default, every non-ASCII character: what the tokenizer reads is
-/// those escapes, never fewer bytes.
+/// Bytes of `v` as a chat template may render it: `tojson(indent=4)`, as Llama 3.1's
+/// and 3.3's templates render tools, every element and member on a line of its own,
+/// indented four spaces a level. The indentation grows with the depth, so a deeply
+/// nested schema renders far larger than its compact JSON (110 levels: 330 bytes
+/// compact, 48 kB rendered); counted compact, it passed a ceiling it did not fit. A
+/// structure is rendered no larger than this and no smaller than compact, so the count
+/// holds whichever a vendor does (agents' tool lists count about 1.3× their compact
+/// bytes). Text the model reads as text (a `content` or `text` string) counts by its
+/// UTF-8 bytes; every other string at its longest JSON rendering, because templates
+/// re-render structure (tool schemas, arguments, response formats) with `tojson`, which
+/// escapes control characters, HTML-sensitive characters and, by default, every
+/// non-ASCII character: what the tokenizer reads is those escapes, never fewer bytes.
 pub fn json_len(v: &Value) -> u64 {
+    rendered_len(v, 0)
+}
+
+/// A line break and the indentation of a line at `depth`.
+fn line(depth: u64) -> u64 {
+    1 + 4 * depth
+}
+
+/// `json_len` of a value whose own line is indented at `depth`.
+fn rendered_len(v: &Value, depth: u64) -> u64 {
     match v {
         Value::Null => 4,
         Value::Bool(b) => {
@@ -563,12 +614,23 @@ pub fn json_len(v: &Value) -> u64 {
         // Up to 20 digits, a sign, a point and an exponent: 24 is never short.
         Value::Number(_) => 24,
         Value::String(s) => escaped_len(s) + 2,
-        Value::Array(a) => 2 + a.iter().map(|x| json_len(x) + 1).sum::<u64>(),
+        Value::Array(a) if a.is_empty() => 2,
+        Value::Object(o) if o.is_empty() => 2,
+        // `[`, each element on a line of its own with its comma, the closing line, `]`.
+        Value::Array(a) => {
+            2 + line(depth)
+                + a.iter()
+                    .map(|x| line(depth + 1) + rendered_len(x, depth + 1) + 1)
+                    .sum::<u64>()
+        }
+        // As an array, each member `"key": value,`.
         Value::Object(o) => {
-            2 + o
-                .iter()
-                .map(|(k, x)| escaped_len(k) + 4 + field_len(k, x))
-                .sum::<u64>()
+            2 + line(depth)
+                + o.iter()
+                    .map(|(k, x)| {
+                        line(depth + 1) + escaped_len(k) + 5 + field_len_at(k, x, depth + 1)
+                    })
+                    .sum::<u64>()
         }
     }
 }
@@ -576,9 +638,14 @@ pub fn json_len(v: &Value) -> u64 {
 /// The bytes of the value of field `k`: a `content` or `text` string is text the model
 /// reads as it is; anything else may be re-rendered as JSON (see `json_len`).
 fn field_len(k: &str, v: &Value) -> u64 {
+    field_len_at(k, v, 0)
+}
+
+/// `field_len` of a member whose line is indented at `depth`.
+fn field_len_at(k: &str, v: &Value, depth: u64) -> u64 {
     match (k, v) {
         ("content" | "text", Value::String(t)) => t.len() as u64 + 2,
-        _ => json_len(v),
+        _ => rendered_len(v, depth),
     }
 }
 
@@ -713,11 +780,18 @@ mod tests {
             let body = super::super::prepare(api, &d, &Endpoints::new("http://x"), None, &r).body;
             let sent = body.to_value();
             let bound = input_tokens(&d, &r, Undeclared::Refuse).unwrap();
-            assert!(
-                bound >= json_len(&sent),
-                "{api:?}: {bound} < {}",
-                json_len(&sent)
-            );
+            let compact = serde_json::to_vec(&sent).unwrap().len() as u64;
+            assert!(bound >= compact, "{api:?}: {bound} < {compact}");
+            // The tools as a template may render them (`tojson(indent=4)`).
+            if let Some(tools) = sent.get("tools") {
+                let mut rendered = Vec::new();
+                let mut ser = serde_json::Serializer::with_formatter(
+                    &mut rendered,
+                    serde_json::ser::PrettyFormatter::with_indent(b"    "),
+                );
+                serde::Serialize::serialize(tools, &mut ser).unwrap();
+                assert!(json_len(tools) >= rendered.len() as u64, "{api:?}");
+            }
             // The bytes that really leave, as `request` writes them.
             let exact = body.into_bytes().len() as u64;
             assert!(bound >= exact, "{api:?}: {bound} < {exact}");
@@ -850,7 +924,8 @@ mod tests {
         let n = input_tokens(&images, &r, Undeclared::Refuse).unwrap();
         // Every byte of the body as sent is counted (less the top-level image), plus
         // two images at their bound.
-        assert!(n >= json_len(&r.body) - 100 + 3_200, "{n}");
+        let compact = serde_json::to_vec(&r.body).unwrap().len() as u64;
+        assert!(n >= compact - 100 + 3_200, "{n}");
     }
 
     #[test]

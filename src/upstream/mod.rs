@@ -975,8 +975,29 @@ mod tests {
                 tier("https://api.openai.com/v1", body.clone(), ingress),
                 Some(json!("default"))
             );
+            assert_eq!(
+                tier("https://eu.api.openai.com/v1", body.clone(), ingress),
+                Some(json!("default"))
+            );
+            assert_eq!(
+                tier("https://api.openai.com./v1", body.clone(), ingress),
+                Some(json!("default"))
+            );
             assert_eq!(tier("http://x/v1", body.clone(), ingress), None);
             assert_eq!(tier("https://api.groq.com/openai/v1", body, ingress), None);
+        }
+        // `null` and `auto` leave the pick to the project as absence does.
+        for asked in [json!(null), json!("auto")] {
+            let mut b = chat.clone();
+            b["service_tier"] = asked;
+            assert_eq!(
+                tier(
+                    "https://api.openai.com/v1",
+                    b,
+                    crate::ingress::Ingress::Chat
+                ),
+                Some(json!("default"))
+            );
         }
         let mut flex = chat.clone();
         flex["service_tier"] = json!("flex");

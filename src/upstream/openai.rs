@@ -95,10 +95,14 @@ fn pinned_tier(
     base: &Endpoints,
     body: &Value,
 ) -> Option<(&'static str, Value)> {
-    (base.project_picks_tier()
-        && dest.terms.service_tiers.is_empty()
-        && body.get("service_tier").is_none())
-    .then(|| ("service_tier", json!("default")))
+    // `null` and `auto` leave the pick to the project as absence does.
+    let vendor_picks = match body.get("service_tier") {
+        None | Some(Value::Null) => true,
+        Some(Value::String(t)) => t == "auto",
+        Some(_) => false,
+    };
+    (base.project_picks_tier() && dest.terms.service_tiers.is_empty() && vendor_picks)
+        .then(|| ("service_tier", json!("default")))
 }
 
 /// A Responses API body, passed through: the upstream model id, and the proved output
@@ -173,9 +177,8 @@ pub fn responses_usage(u: &Value) -> Usage {
     Usage {
         input: input.map(|p| p.max(cached.unwrap_or(0))),
         cached_input: cached,
-        // As for chat: what is reported, else a structural zero.
-        cache_write: input
-            .map(|_| count(u, "/input_tokens_details/cache_write_tokens").unwrap_or(0)),
+        // As for chat: what is reported, else unknown (`pricing::charge` decides).
+        cache_write: count(u, "/input_tokens_details/cache_write_tokens"),
         output: super::largest([count(u, "/output_tokens"), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
@@ -230,19 +233,18 @@ pub fn usage_block(u: &Value) -> Usage {
         // Cache reads are part of the prompt: a prompt count below them is read at them.
         input: input.map(|p| p.max(cached.unwrap_or(0))),
         cached_input: cached,
-        // Writes a relay reports for a model that bills them (OpenRouter's
+        // Cache writes, where a relay or compatible server reports them (OpenRouter's
         // `prompt_tokens_details.cache_write_tokens`, LiteLLM's top-level
-        // `cache_creation_input_tokens`), at the larger. OpenAI writes its prompt cache
-        // at no charge: none reported is a structural zero, so that a missing breakdown
-        // is never mistaken for unreported writes, and `pricing::charge` charges writes
-        // apart only where the destination bills them.
-        cache_write: input.map(|_| {
-            super::largest([
-                count(u, "/prompt_tokens_details/cache_write_tokens"),
-                count(u, "/cache_creation_input_tokens"),
-            ])
-            .unwrap_or(0)
-        }),
+        // `cache_creation_input_tokens`, Alibaba's
+        // `prompt_tokens_details.cache_creation_input_tokens`), at the largest; `None`
+        // when none is. `pricing::charge` decides what that means: a structural 0 where
+        // no write can be billed (OpenAI writes its cache for free), unknown where the
+        // request asked for one.
+        cache_write: super::largest([
+            count(u, "/prompt_tokens_details/cache_write_tokens"),
+            count(u, "/prompt_tokens_details/cache_creation_input_tokens"),
+            count(u, "/cache_creation_input_tokens"),
+        ]),
         // Reasoning alone is a part, not a total: with no total reported the output
         // stays unreported (charged at its bound), never read as the part.
         output: super::largest([count(u, "/completion_tokens"), from_total])

@@ -73,10 +73,13 @@ fn client_usage(api: Api, body: &str) -> (Value, Usage) {
 fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
     let (_, u) = client_usage(Api::Openai, fixture!("openai-usage-detail.json"));
     // The fixture says it was served at the standard tier.
+    // OpenAI reports no cache writes (it bills none): unreported, which pricing reads
+    // as a structural 0 where no write can be billed.
     assert_eq!(
         u,
         Usage {
             served_tier: Some(super::ServedTier::Standard),
+            cache_write: None,
             ..usage(2000, 1536, 0, 300, Some(256))
         }
     );
@@ -85,6 +88,7 @@ fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
         u,
         Usage {
             served_tier: Some(super::ServedTier::Standard),
+            cache_write: None,
             ..usage(12, 0, 0, 8, Some(0))
         }
     );
@@ -98,7 +102,7 @@ fn an_openai_compatible_answer_without_details_leaves_the_split_unreported() {
         Usage {
             input: Some(5),
             cached_input: None,
-            cache_write: Some(0),
+            cache_write: None,
             output: Some(2),
             reasoning: None,
             ..Usage::default()
@@ -218,13 +222,17 @@ fn streams_report_the_same_usage_as_plain_answers() {
             // This fixture's usage chunk has no details: the split is unreported.
             Usage {
                 cached_input: None,
+                cache_write: None,
                 ..usage(12, 0, 0, 8, None)
             },
         ),
         (
             Api::Openai,
             fixture!("openai-usage-detail.sse"),
-            usage(2000, 1536, 0, 300, Some(256)),
+            Usage {
+                cache_write: None,
+                ..usage(2000, 1536, 0, 300, Some(256))
+            },
         ),
         (
             Api::Anthropic,
