@@ -249,16 +249,19 @@ async fn anthropic_stream_a_closing_delta_cannot_erase_the_input_count() {
     settle(&g).await;
 }
 
-/// HOLE (promise 1). `reasoning_budget()` counts 8,192 thinking tokens beyond the cap for
-/// a Gemini 2.5 model whatever API reaches it, but only the Gemini adapter sends that
-/// budget (`thinkingConfig.thinkingBudget`). Reached through an OpenAI-compatible API (a
-/// relay, or Gemini's own `/v1beta/openai`), nothing holds the model to 8,192: it
-/// thinks to its default dynamic budget (32,768 for 2.5 Pro), and `reasoning_effort:
-/// high`, a `Neutral` field, is forwarded and maps to 24,576. Billed thinking then
-/// passes the worst case the ceiling was proved with.
+/// Suspected hole (promise 1), found not to be one. `reasoning_budget()` counts 8,192
+/// thinking tokens beyond the cap for a Gemini 2.5 model whatever API reaches it, but
+/// only the Gemini adapter sends that budget (`thinkingConfig.thinkingBudget`); reached
+/// through an OpenAI-compatible API, with `reasoning_effort: high` (24,576 on Gemini's
+/// own mapping), nothing sent names a thinking budget. Gemini bills thought tokens
+/// against the output cap, though (`maxOutputTokens`, which its OpenAI-compatible API
+/// fills from `max_tokens`): measured on 2.5 and 3.x, thoughts plus answer land on the
+/// cap with `MAX_TOKENS` (googleapis/python-genai#811 and #2062, vectorize-io/hindsight
+/// #3365). So the cap purser forwards, one field, the one it proved with, bounds the
+/// thinking, and the 8,192 beyond it are margin. What must hold is that the cap is
+/// sent and the worst case covers it and the margin.
 #[tokio::test]
-#[ignore = "hole: openai::prepare sends no thinking budget while bound counts Destination::reasoning_budget for the family"]
-async fn gemini_family_behind_an_openai_api_is_held_to_the_reasoning_it_is_counted_at() {
+async fn gemini_family_behind_an_openai_api_is_held_by_the_cap_it_is_sent() {
     let g = gateway().await;
     let (status, v, h) = post(
         &g,
@@ -268,20 +271,11 @@ async fn gemini_family_behind_an_openai_api_is_held_to_the_reasoning_it_is_count
     .await;
     assert_eq!(status, 200, "{v}");
     let r = request(&g, &h);
-    // The worst case counts 8,192 reasoning tokens at 10/M (≈ 0.083 + input + cap).
-    assert!(dec(&r.worst_case) < dec("0.2"), "{}", r.worst_case);
     let sent = last_sent(&g, "oa");
-    // Something in what was sent must hold the thinking to what was counted: Gemini's
-    // OpenAI-compatible `extra_body.google.thinking_config.thinking_budget`, or an
-    // effort that maps to at most 8,192 (`medium`), or a refusal of `high`.
-    let budget = sent
-        .pointer("/extra_body/google/thinking_config/thinking_budget")
-        .and_then(Value::as_u64);
-    let effort = sent.get("reasoning_effort").and_then(Value::as_str);
-    assert!(
-        budget.is_some_and(|b| b <= 8192) || matches!(effort, Some("low" | "medium" | "minimal")),
-        "nothing in the request bounds the model's thinking at the 8,192 counted: {sent}"
-    );
+    assert_eq!(sent["max_tokens"], 100, "{sent}");
+    assert!(sent.get("max_completion_tokens").is_none(), "{sent}");
+    // (100 + 8,192) output tokens at 10/M, plus the input.
+    assert!(dec(&r.worst_case) >= dec("0.08292"), "{}", r.worst_case);
     settle(&g).await;
 }
 
