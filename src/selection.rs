@@ -185,7 +185,7 @@ pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
     } else {
         per_choice
     };
-    let r = d.rates(b.input, b.tier_choice());
+    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
     format!(
         "{} in × {}/M + {out} out × {}/M = {}",
         b.input,
@@ -286,7 +286,7 @@ fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Opt
 /// fit the ceiling and the window, no larger than `b.output`. Reasoning beyond the cap
 /// is not the cap's to clamp: it stays in the bound.
 pub fn clamp_output(d: &Destination, b: TokenBounds, ceiling: Money) -> Option<u64> {
-    let r = d.rates(b.input, b.tier_choice());
+    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
     let fixed = r.input_ceiling().cost_of(b.input)
         + r.output
             .cost_of(b.reasoning.saturating_mul(b.choices.max(1)));
@@ -480,6 +480,27 @@ mod tests {
             mode: Mode::Hard,
             on_exceed,
         }
+    }
+
+    /// A request that asks for a cache write is clamped to the cap that fits with its
+    /// input at the write rate (2× here), not at the input rate: 1,000 in at 2/M and
+    /// 1,000 out at 1/M is exactly 0.003 (attack review of 51a8b07).
+    #[test]
+    fn a_marked_request_is_clamped_at_the_write_rate() {
+        let d = dest("a", Tier::Account, "1", "1", 128_000);
+        let b = TokenBounds {
+            input: 1_000,
+            output: 5_000,
+            choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
+            cache_marked: true,
+        };
+        let ceiling: Money = "0.003".parse().unwrap();
+        let out = clamp_output(&d, b, ceiling).unwrap();
+        assert_eq!(out, 1_000);
+        assert_eq!(worst_case(&d, TokenBounds { output: out, ..b }), ceiling);
+        assert!(arithmetic(&d, b, "USD").contains("2.00"), "{}", arithmetic(&d, b, "USD"));
     }
 
     #[test]

@@ -352,18 +352,39 @@ pub fn cache_marked_for(dest: &Destination, ingress: Ingress, body_marked: bool)
     }
 }
 
-/// Whether a client's body carries a `cache_control` marker anywhere.
+/// Whether a client's body carries a `cache_control` marker: on a message, a part, a
+/// tool or the body, wherever a relay may pass it on, but not inside data a request
+/// carries (a tool's parameter schema, a format, a call's arguments), where a member
+/// of that name is no mark.
 pub fn marks_cache(body: &Value) -> bool {
     has_key(body, "cache_control")
 }
 
-/// Whether `key` names a member of any object in `v`.
+/// Whether `key` names a member of any object in `v`, data (`is_data`) left out.
 fn has_key(v: &Value, key: &str) -> bool {
     match v {
-        Value::Object(o) => o.iter().any(|(k, x)| k == key || has_key(x, key)),
+        Value::Object(o) => o
+            .iter()
+            .any(|(k, x)| k == key || (!is_data(k) && has_key(x, key))),
         Value::Array(a) => a.iter().any(|x| has_key(x, key)),
         Value::Null | Value::Bool(_) | Value::Number(_) | Value::String(_) => false,
     }
+}
+
+/// Members whose value is data the request carries, not the request's own structure:
+/// JSON schemas, formats, a call's arguments. (Not `input`: the Responses API's
+/// messages are there.)
+fn is_data(k: &str) -> bool {
+    matches!(
+        k,
+        "parameters"
+            | "input_schema"
+            | "response_format"
+            | "json_schema"
+            | "schema"
+            | "arguments"
+            | "properties"
+    )
 }
 
 /// The input-token bound of sending `req` to `dest`: the translated body's bytes
@@ -538,7 +559,7 @@ const OPENAI_EDITS: u64 = 128;
 /// Serialized bytes of `body` with the parts inside `list[].container[]` for which
 /// `media` holds left out. The envelope (the body, its list, the items) is counted
 /// compact, as it is sent: templates render messages as text, not as JSON. Each value
-/// in it that a template may render as JSON counts as `json_len` renders it.
+/// in it counts as `json_len` renders it, but message text (`prose_len`).
 fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value) -> bool) -> u64 {
     let Value::Object(top) = body else {
         return json_len(body);
@@ -553,7 +574,7 @@ fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value
                     n += 1 + item_len(item, container, &media);
                 }
             }
-            _ => n += field_len(k, v),
+            _ => n += member_len(k, v, 0, prose_path(k)),
         }
     }
     n
@@ -563,6 +584,9 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
     let Value::Object(fields) = item else {
         return json_len(item);
     };
+    // A tool's result is rendered as JSON by templates (Llama 3.x: `content | tojson`),
+    // escapes and all: it is no prose.
+    let prose = item.get("role").and_then(Value::as_str) != Some("tool");
     let mut n = 2u64;
     for (k, v) in fields {
         n += escaped_len(k) + 4;
@@ -570,10 +594,14 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
             (true, Value::Array(parts)) => {
                 n += 2;
                 for p in parts {
-                    n += 1 + if media(p) { 0 } else { json_len(p) };
+                    n += 1 + if media(p) {
+                        0
+                    } else {
+                        rendered_len(p, 0, prose)
+                    };
                 }
             }
-            _ => n += field_len(k, v),
+            _ => n += member_len(k, v, 0, prose && prose_path(k)),
         }
     }
     n
@@ -586,13 +614,24 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
 /// compact, 48 kB rendered); counted compact, it passed a ceiling it did not fit. A
 /// structure is rendered no larger than this and no smaller than compact, so the count
 /// holds whichever a vendor does (agents' tool lists count about 1.3× their compact
-/// bytes). Text the model reads as text (a `content` or `text` string) counts by its
-/// UTF-8 bytes; every other string at its longest JSON rendering, because templates
+/// bytes). Every string counts at its longest JSON rendering, because templates
 /// re-render structure (tool schemas, arguments, response formats) with `tojson`, which
 /// escapes control characters, HTML-sensitive characters and, by default, every
 /// non-ASCII character: what the tokenizer reads is those escapes, never fewer bytes.
+/// Tool-call `arguments` count at the larger of the string and the JSON it holds as
+/// rendered, since servers (vLLM) parse them and render them again.
 pub fn json_len(v: &Value) -> u64 {
-    rendered_len(v, 0)
+    rendered_len(v, 0, false)
+}
+
+/// Message text only where the model reads text as text: a `content` or `text` string
+/// reached from the body through message containers alone (`prose_path`), never inside
+/// a tool schema, a tool call or a format, and never a tool's result.
+fn prose_path(k: &str) -> bool {
+    matches!(
+        k,
+        "messages" | "input" | "system" | "contents" | "parts" | "content" | "text"
+    )
 }
 
 /// A line break and the indentation of a line at `depth`.
@@ -600,8 +639,9 @@ fn line(depth: u64) -> u64 {
     1 + 4 * depth
 }
 
-/// `json_len` of a value whose own line is indented at `depth`.
-fn rendered_len(v: &Value, depth: u64) -> u64 {
+/// `json_len` of a value whose own line is indented at `depth`; with `prose`, its
+/// `content` and `text` strings are message text, counted by their UTF-8 bytes.
+fn rendered_len(v: &Value, depth: u64, prose: bool) -> u64 {
     match v {
         Value::Null => 4,
         Value::Bool(b) => {
@@ -620,7 +660,7 @@ fn rendered_len(v: &Value, depth: u64) -> u64 {
         Value::Array(a) => {
             2 + line(depth)
                 + a.iter()
-                    .map(|x| line(depth + 1) + rendered_len(x, depth + 1) + 1)
+                    .map(|x| line(depth + 1) + rendered_len(x, depth + 1, prose) + 1)
                     .sum::<u64>()
         }
         // As an array, each member `"key": value,`.
@@ -628,24 +668,27 @@ fn rendered_len(v: &Value, depth: u64) -> u64 {
             2 + line(depth)
                 + o.iter()
                     .map(|(k, x)| {
-                        line(depth + 1) + escaped_len(k) + 5 + field_len_at(k, x, depth + 1)
+                        line(depth + 1)
+                            + escaped_len(k)
+                            + 5
+                            + member_len(k, x, depth + 1, prose && prose_path(k))
                     })
                     .sum::<u64>()
         }
     }
 }
 
-/// The bytes of the value of field `k`: a `content` or `text` string is text the model
-/// reads as it is; anything else may be re-rendered as JSON (see `json_len`).
-fn field_len(k: &str, v: &Value) -> u64 {
-    field_len_at(k, v, 0)
-}
-
-/// `field_len` of a member whose line is indented at `depth`.
-fn field_len_at(k: &str, v: &Value, depth: u64) -> u64 {
+/// The bytes of the value of member `k`, on a line indented at `depth`: message text
+/// (`prose`) by its bytes; `arguments` at the larger of the string and the JSON it
+/// holds; anything else as `rendered_len`.
+fn member_len(k: &str, v: &Value, depth: u64, prose: bool) -> u64 {
     match (k, v) {
-        ("content" | "text", Value::String(t)) => t.len() as u64 + 2,
-        _ => rendered_len(v, depth),
+        ("content" | "text", Value::String(t)) if prose => t.len() as u64 + 2,
+        ("arguments", Value::String(t)) => {
+            let held = serde_json::from_str::<Value>(t).map_or(0, |j| rendered_len(&j, 0, false));
+            (escaped_len(t) + 2).max(held)
+        }
+        _ => rendered_len(v, depth, prose),
     }
 }
 
@@ -704,6 +747,64 @@ mod tests {
     }
 
     const APIS: [Api; 3] = [Api::Openai, Api::Anthropic, Api::Gemini];
+
+    /// What a template renders as JSON is counted so, escapes and all, wherever it sits
+    /// (attack review of 51a8b07): a tool's result (Llama 3.x renders
+    /// `message.content | tojson`), a `text` member inside a tool schema, and a tool
+    /// call's `arguments`, which vLLM parses and renders again (`1e15` becomes
+    /// `1000000000000000.0`, `[0,0]` becomes `[0, 0]`). Message text stays text.
+    #[test]
+    fn what_templates_render_as_json_is_counted_as_rendered() {
+        let d = dest(Api::Openai, MediaTokens::default());
+        let bound = |body: Value| input_tokens(&d, &req(body), Undeclared::Refuse).unwrap();
+        let ctl = "\u{1}".repeat(10_000);
+        let tool_result = bound(json!({"model": "m", "messages": [
+            {"role": "tool", "tool_call_id": "c", "content": ctl}]}));
+        assert!(tool_result >= 60_000, "{tool_result}");
+        let as_text = bound(json!({"model": "m", "messages": [
+            {"role": "user", "content": "x".repeat(10_000)}]}));
+        assert!(as_text < 11_000, "{as_text}");
+        let in_schema = bound(json!({"model": "m", "messages": [],
+            "tools": [{"type": "function", "function": {"name": "f",
+                "parameters": {"type": "object", "text": "\u{2039}".repeat(10_000)}}}]}));
+        assert!(in_schema >= 60_000, "{in_schema}");
+        let floats = format!("{{\"a\":[{}]}}", vec!["1e15"; 10_000].join(","));
+        let zeros = format!("{{\"a\":[{}]}}", vec!["0"; 10_000].join(","));
+        for (args, rendered) in [(floats, 10_000 * 20), (zeros, 10_000 * 3)] {
+            let n = bound(json!({"model": "m", "messages": [{"role": "assistant", "content": "",
+                "tool_calls": [{"id": "c", "type": "function",
+                    "function": {"name": "f", "arguments": args}}]}]}));
+            assert!(n >= rendered, "{n} < {rendered}");
+        }
+    }
+
+    /// A `cache_control` mark on a part, a message or a tool asks for a write; a member
+    /// of that name inside a tool's parameter schema or a call's arguments is data.
+    #[test]
+    fn a_cache_mark_is_read_where_relays_read_it_and_not_in_data() {
+        let marked = [
+            json!({"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "t", "cache_control": {"type": "ephemeral"}}]}]}),
+            json!({"messages": [], "tools": [{"type": "function", "function": {"name": "f"},
+                "cache_control": {"type": "ephemeral"}}]}),
+            json!({"input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "t", "cache_control": {"type": "ephemeral"}}]}]}),
+        ];
+        for b in marked {
+            assert!(marks_cache(&b), "{b}");
+        }
+        let data = [
+            json!({"messages": [], "tools": [{"type": "function", "function": {"name": "f",
+                "parameters": {"type": "object", "properties": {"cache_control": {"type": "string"}}}}}]}),
+            json!({"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "f", "arguments": {"cache_control": 1}}}]}]}),
+            json!({"messages": [], "response_format": {"type": "json_schema", "json_schema": {
+                "schema": {"properties": {"cache_control": {}}}}}}),
+        ];
+        for b in data {
+            assert!(!marks_cache(&b), "{b}");
+        }
+    }
 
     /// The attack of issue 22's review: three Anthropic-defined tools in a 300-byte
     /// body, whose definitions Anthropic writes into the prompt (735 + 700 + 245
