@@ -500,7 +500,11 @@ mod tests {
         let out = clamp_output(&d, b, ceiling).unwrap();
         assert_eq!(out, 1_000);
         assert_eq!(worst_case(&d, TokenBounds { output: out, ..b }), ceiling);
-        assert!(arithmetic(&d, b, "USD").contains("2.00"), "{}", arithmetic(&d, b, "USD"));
+        assert!(
+            arithmetic(&d, b, "USD").contains("2.00"),
+            "{}",
+            arithmetic(&d, b, "USD")
+        );
     }
 
     #[test]

@@ -5,8 +5,10 @@
 //! Why bytes bound tokens: no tokenizer purser speaks to emits more tokens than the
 //! UTF-8 bytes of the text it reads (byte-level BPE and SentencePiece with byte
 //! fallback make at most one token per byte). The body's serialized JSON contains
-//! every string the vendor renders (escaping only lengthens them) and every number and
-//! key, so its length bounds the text. What a vendor adds around it (role markers,
+//! every string the vendor renders and every number and key; what a template renders
+//! as JSON again (tool schemas, tool results, a call's arguments, which servers parse
+//! and re-render) counts as the largest such rendering (`json_len`), so the count
+//! bounds the text. What a vendor adds around it (role markers,
 //! reply priming, tool framing, the tool-use system prompt) is an overhead row.
 //!
 //! A part whose tokens cannot be read from its bytes (image, audio, video, file, a
@@ -559,7 +561,7 @@ const OPENAI_EDITS: u64 = 128;
 /// Serialized bytes of `body` with the parts inside `list[].container[]` for which
 /// `media` holds left out. The envelope (the body, its list, the items) is counted
 /// compact, as it is sent: templates render messages as text, not as JSON. Each value
-/// in it counts as `json_len` renders it, but message text (`prose_len`).
+/// in it counts as `json_len` renders it, but message text (`prose_path`, `prose_role`).
 fn content_walk(body: &Value, list: &str, container: &str, media: impl Fn(&Value) -> bool) -> u64 {
     let Value::Object(top) = body else {
         return json_len(body);
@@ -584,9 +586,7 @@ fn item_len(item: &Value, container: &str, media: &impl Fn(&Value) -> bool) -> u
     let Value::Object(fields) = item else {
         return json_len(item);
     };
-    // A tool's result is rendered as JSON by templates (Llama 3.x: `content | tojson`),
-    // escapes and all: it is no prose.
-    let prose = item.get("role").and_then(Value::as_str) != Some("tool");
+    let prose = speaks_prose(item);
     let mut n = 2u64;
     for (k, v) in fields {
         n += escaped_len(k) + 4;
@@ -634,6 +634,26 @@ fn prose_path(k: &str) -> bool {
     )
 }
 
+/// Whether a message's text is read as text: only the roles whose text templates render
+/// as it is. A tool's result is rendered as JSON, escapes and all (Llama 3.x:
+/// `message.role == "tool" or message.role == "ipython"` → `message.content | tojson`),
+/// and so is whatever a role purser does not know may be.
+fn prose_role(role: &str) -> bool {
+    matches!(
+        role,
+        "user" | "assistant" | "system" | "developer" | "model"
+    )
+}
+
+/// `prose_role` of an object's `role`, if it has one.
+fn speaks_prose(v: &Value) -> bool {
+    match v.get("role") {
+        None => true,
+        Some(Value::String(r)) => prose_role(r),
+        Some(_) => false,
+    }
+}
+
 /// A line break and the indentation of a line at `depth`.
 fn line(depth: u64) -> u64 {
     1 + 4 * depth
@@ -665,6 +685,7 @@ fn rendered_len(v: &Value, depth: u64, prose: bool) -> u64 {
         }
         // As an array, each member `"key": value,`.
         Value::Object(o) => {
+            let prose = prose && speaks_prose(v);
             2 + line(depth)
                 + o.iter()
                     .map(|(k, x)| {
@@ -685,11 +706,52 @@ fn member_len(k: &str, v: &Value, depth: u64, prose: bool) -> u64 {
     match (k, v) {
         ("content" | "text", Value::String(t)) if prose => t.len() as u64 + 2,
         ("arguments", Value::String(t)) => {
-            let held = serde_json::from_str::<Value>(t).map_or(0, |j| rendered_len(&j, 0, false));
+            let held = serde_json::from_str::<Value>(t)
+                .map_or_else(|_| lenient_len(t), |j| rendered_len(&j, 0, false));
             (escaped_len(t) + 2).max(held)
         }
         _ => rendered_len(v, depth, prose),
     }
+}
+
+/// An upper bound on `arguments` that serde cannot parse but a server's parser may
+/// (Python's `json.loads` takes `NaN`, `Infinity` and `1e999`), rendered again: every
+/// character that may belong to a number at 24 bytes (a re-rendered number is never
+/// longer: `1e15` becomes `1000000000000000.0`, `1e999` `Infinity`), every separator or
+/// bracket on a new line at its depth with a space (`tojson(indent=4)`), and every
+/// other character at its escaped length.
+fn lenient_len(s: &str) -> u64 {
+    let (mut n, mut depth, mut quoted, mut escaped) = (2u64, 0u64, false, false);
+    for c in s.chars() {
+        n += if quoted {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => quoted = false,
+                (false, _) => {}
+            }
+            escaped_len(c.encode_utf8(&mut [0; 4]))
+        } else {
+            match c {
+                '"' => {
+                    quoted = true;
+                    2
+                }
+                '0'..='9' | '-' | '+' | '.' | 'e' | 'E' => 24,
+                '[' | '{' => {
+                    depth += 1;
+                    2 + line(depth)
+                }
+                ']' | '}' => {
+                    depth = depth.saturating_sub(1);
+                    2 + line(depth)
+                }
+                ',' | ':' => 2 + line(depth),
+                _ => escaped_len(c.encode_utf8(&mut [0; 4])) + 1,
+            }
+        };
+    }
+    n
 }
 
 /// The longest a string renders as inside JSON: `"` and `\` as two bytes; control
@@ -761,6 +823,15 @@ mod tests {
         let tool_result = bound(json!({"model": "m", "messages": [
             {"role": "tool", "tool_call_id": "c", "content": ctl}]}));
         assert!(tool_result >= 60_000, "{tool_result}");
+        // Llama 3.x renders `ipython` as it renders `tool`; a role purser does not know
+        // may be rendered so too (attack review of 070195b).
+        for role in ["ipython", "function", "anything"] {
+            for content in [json!(ctl), json!([{"type": "text", "text": ctl}])] {
+                let n =
+                    bound(json!({"model": "m", "messages": [{"role": role, "content": content}]}));
+                assert!(n >= 60_000, "{role}: {n}");
+            }
+        }
         let as_text = bound(json!({"model": "m", "messages": [
             {"role": "user", "content": "x".repeat(10_000)}]}));
         assert!(as_text < 11_000, "{as_text}");
@@ -770,10 +841,21 @@ mod tests {
         assert!(in_schema >= 60_000, "{in_schema}");
         let floats = format!("{{\"a\":[{}]}}", vec!["1e15"; 10_000].join(","));
         let zeros = format!("{{\"a\":[{}]}}", vec!["0"; 10_000].join(","));
-        for (args, rendered) in [(floats, 10_000 * 20), (zeros, 10_000 * 3)] {
-            let n = bound(json!({"model": "m", "messages": [{"role": "assistant", "content": "",
+        // What Python's parser takes and serde's does not (`NaN`, `1e999`), rendered by
+        // Python: `1000000000000000.0, ` per element.
+        let lenient = format!("[{}NaN]", "1e15,".repeat(10_000));
+        let huge = format!("[{}1e999]", "1e15,".repeat(10_000));
+        for (args, rendered) in [
+            (floats, 10_000 * 20),
+            (zeros, 10_000 * 3),
+            (lenient, 10_000 * 20),
+            (huge, 10_000 * 20),
+        ] {
+            let n = bound(
+                json!({"model": "m", "messages": [{"role": "assistant", "content": "",
                 "tool_calls": [{"id": "c", "type": "function",
-                    "function": {"name": "f", "arguments": args}}]}]}));
+                    "function": {"name": "f", "arguments": args}}]}]}),
+            );
             assert!(n >= rendered, "{n} < {rendered}");
         }
     }
