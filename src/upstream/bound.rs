@@ -630,7 +630,15 @@ pub fn json_len(v: &Value) -> u64 {
 fn prose_path(k: &str) -> bool {
     matches!(
         k,
-        "messages" | "input" | "system" | "contents" | "parts" | "content" | "text"
+        "messages"
+            | "input"
+            | "system"
+            | "systemInstruction"
+            | "system_instruction"
+            | "contents"
+            | "parts"
+            | "content"
+            | "text"
     )
 }
 
@@ -706,8 +714,16 @@ fn member_len(k: &str, v: &Value, depth: u64, prose: bool) -> u64 {
     match (k, v) {
         ("content" | "text", Value::String(t)) if prose => t.len() as u64 + 2,
         ("arguments", Value::String(t)) => {
-            let held = serde_json::from_str::<Value>(t)
-                .map_or_else(|_| lenient_len(t), |j| rendered_len(&j, 0, false));
+            // An integer of more digits than an f64 keeps is read by serde as a float
+            // (24 bytes here) and kept whole by Python: counted leniently too.
+            let long_number = t
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|digits| digits.len() > 20);
+            let held = match serde_json::from_str::<Value>(t) {
+                Ok(j) if !long_number => rendered_len(&j, 0, false),
+                Ok(j) => rendered_len(&j, 0, false).max(lenient_len(t)),
+                Err(_) => lenient_len(t),
+            };
             (escaped_len(t) + 2).max(held)
         }
         _ => rendered_len(v, depth, prose),
@@ -754,13 +770,15 @@ fn lenient_len(s: &str) -> u64 {
     n
 }
 
-/// The longest a string renders as inside JSON: `"` and `\` as two bytes; control
+/// The longest a string renders as inside JSON: `"`, `\` and the controls JSON has
+/// short escapes for (`\n`, `\r`, `\t`, `\b`, `\f`) as two bytes; other control
 /// characters and `<`, `>`, `&`, `'` (escaped by HTML-safe renderers) as six; any
 /// other non-ASCII character as a `\uXXXX` escape, twelve for one outside the BMP.
 fn escaped_len(s: &str) -> u64 {
     s.chars()
         .map(|c| match c {
-            '"' | '\\' => 2,
+            // JSON's short escapes, which every renderer uses for these.
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
             '\u{0}'..='\u{1f}' | '<' | '>' | '&' | '\'' => 6,
             ' '..='~' => 1,
             _ if c.len_utf16() == 2 => 12,
@@ -842,7 +860,14 @@ mod tests {
         let floats = format!("{{\"a\":[{}]}}", vec!["1e15"; 10_000].join(","));
         let zeros = format!("{{\"a\":[{}]}}", vec!["0"; 10_000].join(","));
         // What Python's parser takes and serde's does not (`NaN`, `1e999`), rendered by
-        // Python: `1000000000000000.0, ` per element.
+        // Python: `1000000000000000.0, ` per element. And integers longer than an f64
+        // keeps, which serde reads as floats and Python keeps whole, nested deep
+        // (`indent=4` then indents every one of them).
+        let mut deep = format!("[{}]", vec!["9".repeat(300); 100].join(","));
+        for _ in 0..70 {
+            deep = format!("[{deep}]");
+        }
+        let deep_rendered = 100 * (300 + 71 * 4) + 70 * 2 * (71 * 4);
         let lenient = format!("[{}NaN]", "1e15,".repeat(10_000));
         let huge = format!("[{}1e999]", "1e15,".repeat(10_000));
         for (args, rendered) in [
@@ -850,6 +875,7 @@ mod tests {
             (zeros, 10_000 * 3),
             (lenient, 10_000 * 20),
             (huge, 10_000 * 20),
+            (deep, deep_rendered),
         ] {
             let n = bound(
                 json!({"model": "m", "messages": [{"role": "assistant", "content": "",
