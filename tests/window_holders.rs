@@ -225,6 +225,34 @@ impl purser::clock::Clock for HoldingClock {
     }
 }
 
+/// Send a request and hold it between reading the budgets and writing its admission
+/// (the clock's second `wall()` call); its status once released.
+async fn held_before_admission(
+    g: &common::Gateway,
+    clock: &HoldingClock,
+) -> tokio::task::JoinHandle<reqwest::StatusCode> {
+    clock.hold_call(2);
+    let url = g.url("/v1/chat/completions");
+    let call = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth("k")
+            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    for _ in 0..500 {
+        if clock.holding() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(clock.holding(), "the request never reached its admission");
+    call
+}
+
 mod an_admission_under_way_when_a_budget_is_added_back_is_in_its_window {
     // Four workers: one is held inside the clock on purpose.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -274,25 +302,7 @@ async fn an_admission_under_way_when_a_budget_is_added_back_is_in_its_window(eng
     let (s, body) = g.admin_post("/admin/v1/reload").await;
     assert_eq!(s, 200, "{body}");
 
-    clock.hold_call(2);
-    let url = g.url("/v1/chat/completions");
-    let call = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth("k")
-            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-    });
-    for _ in 0..500 {
-        if clock.holding() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(clock.holding(), "the request never reached its admission");
+    let call = held_before_admission(&g, &clock).await;
     write(true);
     let reload = tokio::spawn({
         let url = g.url("/admin/v1/reload");
@@ -339,25 +349,7 @@ async fn a_reload_waits_for_admissions_under_way_only_so_long() {
     .await
     .unwrap();
     let before = g.engine.plan().id().to_string();
-    clock.hold_call(2);
-    let url = g.url("/v1/chat/completions");
-    let call = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth("k")
-            .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 100}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-    });
-    for _ in 0..500 {
-        if clock.holding() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(clock.holding(), "the request never reached its admission");
+    let call = held_before_admission(&g, &clock).await;
     let mut all = vec!["kind: gateway\ncurrency: USD\n".to_string()];
     all.extend(docs(&g.vendors, true));
     std::fs::write(g.config.join("set.yaml"), all.join("---\n")).unwrap();
