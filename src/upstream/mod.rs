@@ -200,12 +200,16 @@ pub enum Observation {
 /// `None` means the answer did not carry the figure, which is not the same as a
 /// reported 0: `pricing::charge` charges a missing total at its bound and prices a
 /// missing breakdown at the dearest rate it could hide. A class the vendor's API never
-/// bills is `Some(0)`, not `None`.
+/// bills is `Some(0)`, not `None`, but for OpenAI's cache writes: a compatible server or
+/// relay may bill them after a `cache_control` mark, so an unreported count is `None`
+/// and `pricing::charge` decides (a structural 0 unless the request was marked).
 ///
 /// How each vendor's figures map:
 /// - OpenAI: `input` = `prompt_tokens` (cached included), `cached_input` =
-///   `prompt_tokens_details.cached_tokens`, `cache_write` = 0 (OpenAI does not bill
-///   cache writes), `output` = `completion_tokens` (reasoning included), `reasoning` =
+///   `prompt_tokens_details.cached_tokens`, `cache_write` = what a relay reports
+///   (`prompt_tokens_details.cache_write_tokens` or `.cache_creation_input_tokens`,
+///   `cache_creation_input_tokens`), else `None`, `output` = `completion_tokens`
+///   (reasoning included), `reasoning` =
 ///   `completion_tokens_details.reasoning_tokens`.
 /// - Anthropic: `input_tokens` excludes the cache, so `input` = `input_tokens` +
 ///   `cache_read_input_tokens` + `cache_creation_input_tokens`; `cached_input` = the
@@ -1009,11 +1013,32 @@ mod tests {
             ),
             Some(json!("flex"))
         );
-        // An entry that declares tiers proves a request naming none at the dearest of
-        // them: the project's pick is left alone.
+        // An entry that declares only `flex` proved a request naming none at the
+        // standard rates: still pinned (the project may pick priority).
+        let mut flex_only = dest(Api::Openai);
+        flex_only.terms.service_tiers.insert(
+            crate::policy::plan::ServiceTier::Flex,
+            crate::policy::plan::Rates {
+                input_per_mtok: flex_only.input_per_mtok,
+                output_per_mtok: flex_only.output_per_mtok,
+                cached_input_per_mtok: None,
+            },
+        );
+        let mut r = req();
+        r.body = chat.clone();
+        let sent = prepare(
+            Api::Openai,
+            &flex_only,
+            &Endpoints::new("https://api.openai.com/v1"),
+            None,
+            &r,
+        );
+        assert_eq!(sent.body.to_value()["service_tier"], "default");
+        // An entry that declares `priority` proves a request naming none at it: the
+        // project's pick is left alone.
         let mut d = dest(Api::Openai);
         d.terms.service_tiers.insert(
-            crate::policy::plan::ServiceTier::Flex,
+            crate::policy::plan::ServiceTier::Priority,
             crate::policy::plan::Rates {
                 input_per_mtok: d.input_per_mtok,
                 output_per_mtok: d.output_per_mtok,

@@ -85,11 +85,11 @@ fn edits(
 
 /// The tier a request that names none is pinned to: on a platform where the project's
 /// settings would pick it (`Endpoints::project_picks_tier`), for a model whose entry
-/// declares no tiers, the standard one (`default`), which is what its worst case was
-/// proved at. An entry that declares tiers has a request naming none proved at the
-/// dearest of them, and the project's choice (a cheaper `flex`, say) is kept. Nothing
-/// elsewhere: compatible servers name their tiers otherwise (Groq's `on_demand`) or
-/// refuse fields they do not know.
+/// declares no `priority` rates, the standard one (`default`), the dearest its worst
+/// case can have been proved at (a declared `flex` is cheaper). An entry that declares
+/// `priority` proves a request naming none at it, and the project's pick (priority, or
+/// Scale Tier's prepaid `auto`) is kept. Nothing elsewhere: compatible servers name
+/// their tiers otherwise (Groq's `on_demand`) or refuse fields they do not know.
 fn pinned_tier(
     dest: &Destination,
     base: &Endpoints,
@@ -101,12 +101,16 @@ fn pinned_tier(
         Some(Value::String(t)) => t == "auto",
         Some(_) => false,
     };
-    (base.project_picks_tier() && dest.terms.service_tiers.is_empty() && vendor_picks)
+    let priority_proved = dest
+        .terms
+        .service_tiers
+        .contains_key(&crate::policy::plan::ServiceTier::Priority);
+    (base.project_picks_tier() && !priority_proved && vendor_picks)
         .then(|| ("service_tier", json!("default")))
 }
 
 /// A Responses API body, passed through: the upstream model id, and the proved output
-/// bound in `max_output_tokens`, added when the client sent none (Codex never does).
+/// bound in `max_output_tokens`, set whatever the client sent (Codex sends none).
 fn responses(
     dest: &Destination,
     base: &Endpoints,
