@@ -482,6 +482,18 @@ mod tests {
         }
     }
 
+    /// One choice, no reasoning, the tier the vendor picks, no cache mark.
+    fn one_choice(input: u64, output: u64) -> TokenBounds {
+        TokenBounds {
+            input,
+            output,
+            choices: 1,
+            reasoning: 0,
+            tier: TierAsk::VendorPicks,
+            cache_marked: false,
+        }
+    }
+
     /// A request that asks for a cache write is clamped to the cap that fits with its
     /// input at the write rate (2× here), not at the input rate: 1,000 in at 2/M and
     /// 1,000 out at 1/M is exactly 0.003 (attack review of 51a8b07).
@@ -489,12 +501,8 @@ mod tests {
     fn a_marked_request_is_clamped_at_the_write_rate() {
         let d = dest("a", Tier::Account, "1", "1", 128_000);
         let b = TokenBounds {
-            input: 1_000,
-            output: 5_000,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
             cache_marked: true,
+            ..one_choice(1_000, 5_000)
         };
         let ceiling: Money = "0.003".parse().unwrap();
         let out = clamp_output(&d, b, ceiling).unwrap();
@@ -510,14 +518,7 @@ mod tests {
     #[test]
     fn worst_case_is_exact_arithmetic() {
         let d = dest("a", Tier::Account, "0.15", "0.60", 128_000);
-        let b = TokenBounds {
-            input: 1_000,
-            output: 4_096,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let b = one_choice(1_000, 4_096);
         // 1000 * 0.15/1e6 + 4096 * 0.60/1e6 = 0.00015 + 0.0024576
         assert_eq!(worst_case(&d, b), "0.0026076".parse().unwrap());
     }

@@ -1014,47 +1014,28 @@ mod tests {
             Some(json!("flex"))
         );
         // An entry that declares only `flex` proved a request naming none at the
-        // standard rates: still pinned (the project may pick priority).
-        let mut flex_only = dest(Api::Openai);
-        flex_only.terms.service_tiers.insert(
-            crate::policy::plan::ServiceTier::Flex,
-            crate::policy::plan::Rates {
-                input_per_mtok: flex_only.input_per_mtok,
-                output_per_mtok: flex_only.output_per_mtok,
-                cached_input_per_mtok: None,
-            },
-        );
-        let mut r = req();
-        r.body = chat.clone();
-        let sent = prepare(
-            Api::Openai,
-            &flex_only,
-            &Endpoints::new("https://api.openai.com/v1"),
-            None,
-            &r,
-        );
-        assert_eq!(sent.body.to_value()["service_tier"], "default");
-        // An entry that declares `priority` proves a request naming none at it: the
-        // project's pick is left alone.
-        let mut d = dest(Api::Openai);
-        d.terms.service_tiers.insert(
-            crate::policy::plan::ServiceTier::Priority,
-            crate::policy::plan::Rates {
+        // standard rates: still pinned (the project may pick priority). One that
+        // declares `priority` proved it at that: the project's pick is left alone.
+        for (declared, pinned) in [
+            (
+                crate::policy::plan::ServiceTier::Flex,
+                Some(json!("default")),
+            ),
+            (crate::policy::plan::ServiceTier::Priority, None),
+        ] {
+            let mut d = dest(Api::Openai);
+            let rates = crate::policy::plan::Rates {
                 input_per_mtok: d.input_per_mtok,
                 output_per_mtok: d.output_per_mtok,
                 cached_input_per_mtok: None,
-            },
-        );
-        let mut r = req();
-        r.body = chat;
-        let sent = prepare(
-            Api::Openai,
-            &d,
-            &Endpoints::new("https://api.openai.com/v1"),
-            None,
-            &r,
-        );
-        assert_eq!(sent.body.to_value().get("service_tier"), None);
+            };
+            d.terms.service_tiers.insert(declared, rates);
+            let mut r = req();
+            r.body = chat.clone();
+            let base = Endpoints::new("https://api.openai.com/v1");
+            let sent = prepare(Api::Openai, &d, &base, None, &r).body.to_value();
+            assert_eq!(sent.get("service_tier").cloned(), pinned, "{declared:?}");
+        }
     }
 
     #[test]
