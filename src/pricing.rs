@@ -633,13 +633,17 @@ mod tests {
         // A tier the table cannot name: the dearest declared, estimated.
         let c = charge(&d, &served(ServedTier::Unlisted), BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
-        // A named tier without rates on this entry: the base rates, estimated.
+        // Priority served without rates on this entry (a project default behind a
+        // proxy): twice the base rates, the stand-in, estimated; flex so served: the
+        // base rates, estimated (never below what flex costs).
         let plain = dest(Api::Openai, None, None);
         let c = charge(
             &plain,
             &served(ServedTier::Tier(ServiceTier::Priority)),
             BOUNDS,
         );
+        assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
+        let c = charge(&plain, &served(ServedTier::Tier(ServiceTier::Flex)), BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0003"), CostBasis::Estimated));
     }
 

@@ -753,7 +753,8 @@ async fn a_cut_stream_is_not_booked_at_a_running_usage_count() {
 /// project_would_pick_it` prepares it for `https://api.openai.com/v1`). This vendor is a
 /// compatible server, where nothing is added (Groq names its tiers otherwise, and
 /// stricter servers refuse unknown fields): an answer that still says it was served at
-/// an undeclared tier is booked `estimated`, never passed off as exact.
+/// priority with no declared rates is booked at twice the standard rates, `estimated`,
+/// never passed off as exact at the standard ones.
 #[tokio::test]
 async fn an_unset_service_tier_is_pinned_only_where_the_project_picks_it() {
     let g = gateway().await;
@@ -774,6 +775,8 @@ async fn an_unset_service_tier_is_pinned_only_where_the_project_picks_it() {
     assert_eq!(sent.get("service_tier"), None, "{sent}");
     let a = request(&g, &h).attempts[0].clone();
     assert_eq!(a.cost_basis.as_deref(), Some("estimated"), "{a:?}");
+    // 20 in and 100 out at twice 1/M.
+    assert_eq!(dec(&a.cost), dec("0.00024"), "{a:?}");
     settle(&g).await;
 }
 

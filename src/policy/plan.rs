@@ -392,6 +392,19 @@ impl Applied {
     }
 }
 
+/// The stand-in for a priority tier served without declared rates: OpenAI's priority
+/// rates are about twice the standard ones.
+pub const PRIORITY_FALLBACK_MULTIPLIER: u32 = 2;
+
+/// Every rate of `r` times `k`.
+fn scaled(r: Rates, k: u32) -> Rates {
+    Rates {
+        input_per_mtok: times(r.input_per_mtok, k),
+        output_per_mtok: times(r.output_per_mtok, k),
+        cached_input_per_mtok: r.cached_input_per_mtok.map(|c| times(c, k)),
+    }
+}
+
 /// An unlisted write rate: `CACHE_WRITE_FALLBACK_MULTIPLIER` × this input rate.
 fn base_write_fallback(input: PricePerMTok) -> Rate {
     Rate {
@@ -513,6 +526,13 @@ impl Destination {
                 None => {
                     listed = false;
                     r = declared.fold(r, |r, x| dearer(r, *x));
+                    // Priority served with no rates declared (a project that defaults
+                    // to it, behind a proxy purser cannot pin): at a stand-in multiple
+                    // of the rates, as unlisted cache writes are, never at the standard
+                    // ones it costs about twice.
+                    if t == ServiceTier::Priority {
+                        r = dearer(r, scaled(r, PRIORITY_FALLBACK_MULTIPLIER));
+                    }
                 }
             },
             TierChoice::AnyDeclared => r = declared.fold(r, |r, x| dearer(r, *x)),
