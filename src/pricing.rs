@@ -588,7 +588,6 @@ mod tests {
         let d = tiered();
         let priority = TokenBounds {
             tier: TierAsk::Tier(ServiceTier::Priority),
-            cache_marked: false,
             ..BOUNDS
         };
         // The worst case of a priority request is at priority rates: 1000 × 4 + 500 × 20.
@@ -604,7 +603,6 @@ mod tests {
         assert_eq!((c.cost, c.basis), (money("0.0006"), CostBasis::Estimated));
         let standard = TokenBounds {
             tier: TierAsk::Standard,
-            cache_marked: false,
             ..BOUNDS
         };
         assert_eq!(worst_case(&d, standard), money("0.007"));
@@ -624,7 +622,6 @@ mod tests {
         // vendor may serve either); served at flex: flex's own rates, 100 × 1 + 10 × 5.
         let flex = TokenBounds {
             tier: TierAsk::Tier(ServiceTier::Flex),
-            cache_marked: false,
             ..BOUNDS
         };
         assert_eq!(worst_case(&d, flex), money("0.007"));
@@ -715,11 +712,7 @@ mod tests {
     /// than the base), service tiers and 1-hour cache writes.
     fn any_dest() -> impl Strategy<Value = Destination> {
         (
-            (
-                prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
-                // A Claude model behind another API bills cache writes too.
-                prop_oneof![Just("m"), Just("anthropic/claude-sonnet-4")],
-            ),
+            prop_oneof![Just(Api::Openai), Just(Api::Anthropic), Just(Api::Gemini)],
             (rate(), rate()),
             proptest::option::of(rate()),
             proptest::option::of(rate()),
@@ -728,27 +721,24 @@ mod tests {
             proptest::option::of(any_rates()),
         )
             .prop_map(
-                |((api, upstream), (input, output), cached, write, write_1h, long, priority)| {
-                    Destination {
-                        upstream_model: upstream.into(),
-                        input_per_mtok: input,
-                        output_per_mtok: output,
-                        cached_input_per_mtok: cached,
-                        cache_write_per_mtok: write,
-                        terms: ModelTerms {
-                            cache_write_1h_per_mtok: write_1h,
-                            long_context: long.map(|(above, rates)| LongContext {
-                                above_input_tokens: above,
-                                rates,
-                            }),
-                            service_tiers: priority
-                                .map(|r| (ServiceTier::Priority, r))
-                                .into_iter()
-                                .collect(),
-                            ..ModelTerms::default()
-                        },
-                        ..dest(api, None, None)
-                    }
+                |(api, (input, output), cached, write, write_1h, long, priority)| Destination {
+                    input_per_mtok: input,
+                    output_per_mtok: output,
+                    cached_input_per_mtok: cached,
+                    cache_write_per_mtok: write,
+                    terms: ModelTerms {
+                        cache_write_1h_per_mtok: write_1h,
+                        long_context: long.map(|(above, rates)| LongContext {
+                            above_input_tokens: above,
+                            rates,
+                        }),
+                        service_tiers: priority
+                            .map(|r| (ServiceTier::Priority, r))
+                            .into_iter()
+                            .collect(),
+                        ..ModelTerms::default()
+                    },
+                    ..dest(api, None, None)
                 },
             )
     }

@@ -534,27 +534,13 @@ mod tests {
             ],
             alternate: None,
         };
-        let long_input = TokenBounds {
-            input: 50_000,
-            output: 100,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let long_input = one_choice(50_000, 100);
         let names: Vec<_> = ordered(&route, |_| Ok(long_input))
             .iter()
             .map(|(d, _)| d.provider.to_string())
             .collect();
         assert_eq!(names, ["pool", "b", "c"]);
-        let long_output = TokenBounds {
-            input: 100,
-            output: 50_000,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let long_output = one_choice(100, 50_000);
         let names: Vec<_> = ordered(&route, |_| Ok(long_output))
             .iter()
             .map(|(d, _)| d.provider.to_string())
@@ -582,14 +568,7 @@ mod tests {
             accounts: vec![dest("a", Tier::Account, "1", "10", 1_000_000)],
             alternate: None,
         };
-        let b = TokenBounds {
-            input: 1_000,
-            output: 100_000,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let b = one_choice(1_000, 100_000);
         // worst case = 0.001 + 1.0 > 0.5
         let r = select(
             &route,
@@ -621,14 +600,7 @@ mod tests {
             ],
             alternate: None,
         };
-        let b = TokenBounds {
-            input: 1_000,
-            output: 100_000,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let b = one_choice(1_000, 100_000);
         let Err(Refusal::DoesNotFit { considered, .. }) = select(
             &route,
             &ceiling("0.5", OnExceed::Reject),
@@ -659,14 +631,7 @@ mod tests {
             ],
             alternate: None,
         };
-        let b = TokenBounds {
-            input: 10,
-            output: 10,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let b = one_choice(10, 10);
         let c = ceiling("1", OnExceed::Reject);
         let s = select(&route, &c, |_| Ok(b), |d| d.provider.as_str() == "a").unwrap();
         assert_eq!(s.primary.provider.as_str(), "b");
@@ -686,16 +651,7 @@ mod tests {
         let r = select(
             &route,
             &ceiling("1", OnExceed::Reject),
-            |_| {
-                Ok(TokenBounds {
-                    input: 1,
-                    output: 1,
-                    choices: 1,
-                    reasoning: 0,
-                    tier: TierAsk::VendorPicks,
-                    cache_marked: false,
-                })
-            },
+            |_| Ok(one_choice(1, 1)),
             |_| false,
         );
         assert_eq!(r, Err(Refusal::NoDestination));
@@ -711,14 +667,7 @@ mod tests {
             ],
             alternate: Some(dest("alt", Tier::Account, "1", "1", 100_000)),
         };
-        let b = |input| TokenBounds {
-            input,
-            output: 10,
-            choices: 1,
-            reasoning: 0,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
-        };
+        let b = |input| one_choice(input, 10);
         // `a` receives the request as a longer body (another API's translation).
         let by_dest = |d: &Destination| match d.provider.as_str() {
             "a" => Ok(b(5_000)),
@@ -769,12 +718,8 @@ mod tests {
             alternate: None,
         };
         let b = TokenBounds {
-            input: 0,
-            output: 100_000,
-            choices: 1,
             reasoning: 10_000,
-            tier: TierAsk::VendorPicks,
-            cache_marked: false,
+            ..one_choice(0, 100_000)
         };
         // 0.5 at 10/M is 50,000 output tokens, 10,000 of them reasoning: a cap of 40,000.
         let s = select(

@@ -827,8 +827,7 @@ impl Engine {
         };
         let output = parsed.max_tokens.unwrap_or(policy.max_output_tokens);
         // Looked for once: every candidate's bounds need it.
-        let marked =
-            req.ingress != Ingress::Messages && crate::upstream::bound::marks_cache(&req.body);
+        let marked = crate::upstream::bound::request_marks(req);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
             // A destination that cannot take this ingress natively is never chosen.
             if let Err((param, what)) = ingress::check_request(req, d.api)
@@ -863,7 +862,7 @@ impl Engine {
                 reasoning: d.reasoning_budget().unwrap_or(0),
                 choices: parsed.choices,
                 tier: parsed.tier,
-                cache_marked: crate::upstream::bound::cache_marked_for(d, req.ingress, marked),
+                cache_marked: crate::upstream::bound::cache_marked_for(d, marked),
             })
         };
         selection::select(route, &policy.ceiling, bounds_of, |d| {

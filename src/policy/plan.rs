@@ -366,7 +366,6 @@ pub struct Applied {
 }
 
 impl Applied {
-    /// The most one input token can cost: whatever class it is billed in.
     /// The same rates for a request whose body, as sent, carries a `cache_control`
     /// marker: it asks for a cache write, which the vendor behind the API may bill
     /// (Anthropic through an OpenAI-compatible relay such as OpenRouter or LiteLLM, at
@@ -380,6 +379,7 @@ impl Applied {
         }
     }
 
+    /// The most one input token can cost: whatever class it is billed in.
     pub fn input_ceiling(&self) -> PricePerMTok {
         let mut top = self.input.max(self.cached.per_mtok);
         if self.bills_writes {
@@ -406,7 +406,7 @@ fn scaled(r: Rates, k: u32) -> Rates {
 }
 
 /// An unlisted write rate: `CACHE_WRITE_FALLBACK_MULTIPLIER` × this input rate.
-fn base_write_fallback(input: PricePerMTok) -> Rate {
+fn write_fallback(input: PricePerMTok) -> Rate {
     Rate {
         per_mtok: times(input, CACHE_WRITE_FALLBACK_MULTIPLIER),
         listed: false,
@@ -458,7 +458,7 @@ impl Destination {
                 per_mtok: r,
                 listed: true,
             },
-            None => base_write_fallback(self.input_per_mtok),
+            None => write_fallback(self.input_per_mtok),
         }
     }
 
@@ -542,10 +542,7 @@ impl Destination {
             }
         }
         let at_base = r == base;
-        let fallback = Rate {
-            per_mtok: times(r.input_per_mtok, CACHE_WRITE_FALLBACK_MULTIPLIER),
-            listed: false,
-        };
+        let fallback = write_fallback(r.input_per_mtok);
         // The write rates at the base rates: listed, else the fallback multiple.
         let base_write = self.cache_write_rate();
         let base_write_1h = match self.terms.cache_write_1h_per_mtok {
@@ -553,7 +550,7 @@ impl Destination {
                 per_mtok: x,
                 listed: true,
             },
-            None => base_write_fallback(self.input_per_mtok),
+            None => write_fallback(self.input_per_mtok),
         };
         // Off the base rates (long context, another tier) the listed ones do not apply:
         // the fallback multiple of the input rate, but never below the base write rate,

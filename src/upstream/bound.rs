@@ -342,15 +342,25 @@ pub fn kind_of_mime(mime: &str) -> Option<MediaKind> {
 /// (`from_messages`). Anthropic's API bills writes whatever is sent, and Gemini's
 /// translation carries no marks.
 pub fn cache_marked(dest: &Destination, req: &ChatRequest) -> bool {
-    cache_marked_for(dest, req.ingress, marks_cache(&req.body))
+    cache_marked_for(dest, request_marks(req))
 }
 
-/// `cache_marked`, with whether the client's body carries a mark found once
-/// (`marks_cache`) for every candidate destination.
-pub fn cache_marked_for(dest: &Destination, ingress: Ingress, body_marked: bool) -> bool {
-    match (dest.api, ingress) {
-        (Api::Openai, Ingress::Messages) | (Api::Anthropic | Api::Gemini, _) => false,
-        (Api::Openai, Ingress::Chat | Ingress::Responses) => body_marked,
+/// Whether the body an OpenAI-API destination receives for `req` carries a mark: the
+/// client's (chat, Responses), not a Messages body's translation, which drops marks.
+/// Found once per request (`cache_marked_for` then serves every candidate): a
+/// Messages body, Claude Code's, is not walked at all.
+pub fn request_marks(req: &ChatRequest) -> bool {
+    match req.ingress {
+        Ingress::Messages => false,
+        Ingress::Chat | Ingress::Responses => marks_cache(&req.body),
+    }
+}
+
+/// `cache_marked` of `dest`, with `request_marks` found once.
+pub fn cache_marked_for(dest: &Destination, request_marked: bool) -> bool {
+    match dest.api {
+        Api::Openai => request_marked,
+        Api::Anthropic | Api::Gemini => false,
     }
 }
 
@@ -720,8 +730,8 @@ fn member_len(k: &str, v: &Value, depth: u64, prose: bool) -> u64 {
                 .split(|c: char| !c.is_ascii_digit())
                 .any(|digits| digits.len() > 20);
             let held = match serde_json::from_str::<Value>(t) {
-                Ok(j) if !long_number => rendered_len(&j, 0, false),
-                Ok(j) => rendered_len(&j, 0, false).max(lenient_len(t)),
+                Ok(j) if long_number => rendered_len(&j, 0, false).max(lenient_len(t)),
+                Ok(j) => rendered_len(&j, 0, false),
                 Err(_) => lenient_len(t),
             };
             (escaped_len(t) + 2).max(held)
