@@ -78,7 +78,9 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let listener = match tokio::net::TcpListener::bind(listen).await {
+    // The queue of connections waiting to be accepted holds as many as may be served at
+    // once (at least tokio's 1,024): a burst that size is queued, not dropped.
+    let listener = match http::listener(listen, max_in_flight.max(1024)) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: cannot listen on {listen}: {e}");
