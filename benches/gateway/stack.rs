@@ -19,8 +19,9 @@ impl Upstream {
     pub fn from_env() -> Result<Upstream, Box<dyn std::error::Error>> {
         let base = std::env::var("UPSTREAM_BASE")?;
         Ok(Upstream {
+            // As purser's (`upstream::http_client`): no redirects, and every connection
+            // kept idle for reqwest's 90 seconds, so a wave of calls finds its own again.
             client: reqwest::Client::builder()
-                .pool_max_idle_per_host(256)
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
             url: format!("{base}/chat/completions"),
