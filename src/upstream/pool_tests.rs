@@ -3,28 +3,37 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
 use axum::routing::get;
+use tokio::sync::Barrier;
 
-type Peers = Arc<Mutex<HashSet<SocketAddr>>>;
+/// More calls at once than the 256 idle connections the pool used to keep (560 sockets
+/// in this process, within the usual limit of 1,024).
+const WAVE: usize = 280;
 
-/// Answers after 150 ms (so that a wave's calls overlap), noting each connection by
-/// its client address: one address per TCP connection.
-async fn slow(
-    State(peers): State<Peers>,
+#[derive(Clone)]
+struct Server {
+    /// One client address per TCP connection.
+    peers: Arc<Mutex<HashSet<SocketAddr>>>,
+    /// Every call of a wave is answered only once the whole wave has arrived, so that
+    /// all of them are in flight together however slow the machine.
+    wave: Arc<Barrier>,
+}
+
+async fn answer(
+    State(s): State<Server>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
 ) -> &'static str {
-    peers.lock().unwrap().insert(peer);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    s.peers.lock().unwrap().insert(peer);
+    s.wave.wait().await;
     "ok"
 }
 
-/// `n` calls at once through `client`, each read to its end.
-async fn wave(client: &reqwest::Client, url: &str, n: usize) {
-    let calls = (0..n).map(|_| async {
+/// `WAVE` calls at once through `client`, each read to its end.
+async fn wave(client: &reqwest::Client, url: &str) {
+    let calls = (0..WAVE).map(|_| async {
         let r = client.get(url).send().await.unwrap();
         assert_eq!(r.text().await.unwrap(), "ok");
     });
@@ -33,12 +42,15 @@ async fn wave(client: &reqwest::Client, url: &str, n: usize) {
 
 #[tokio::test]
 async fn a_second_wave_of_calls_finds_the_first_waves_connections() {
-    let peers = Peers::default();
+    let server = Server {
+        peers: Arc::default(),
+        wave: Arc::new(Barrier::new(WAVE)),
+    };
     let app = Router::new()
-        .route("/", get(slow))
-        .with_state(peers.clone());
-    // A queue that holds the whole wave: one that drops SYNs makes calls wait for a
-    // connection another call has freed, and the waves open fewer than they make.
+        .route("/", get(answer))
+        .with_state(server.clone());
+    // A queue that holds the whole wave: one that drops SYNs leaves calls waiting for a
+    // connection another call has freed.
     let listener = crate::http::listener(([127, 0, 0, 1], 0).into(), 1024).unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -49,15 +61,17 @@ async fn a_second_wave_of_calls_finds_the_first_waves_connections() {
         .await
     });
     let client = super::http_client().unwrap();
-    // More at once than the 256 idle connections the pool used to keep (560 sockets in
-    // this process, within the usual limit of 1,024).
-    let n = 280;
-    wave(&client, &url, n).await;
-    let first = peers.lock().unwrap().len();
-    assert_eq!(first, n, "the first wave opens one connection a call");
+    wave(&client, &url).await;
+    let first = server.peers.lock().unwrap().len();
+    assert_eq!(first, WAVE, "the first wave opens one connection a call");
     // Let the last answers' connections go back to the pool.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    wave(&client, &url, n).await;
-    let both = peers.lock().unwrap().len();
-    assert_eq!(both, n, "the second wave opened {} connections", both - n);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    wave(&client, &url).await;
+    let both = server.peers.lock().unwrap().len();
+    assert_eq!(
+        both,
+        WAVE,
+        "the second wave opened {} connections",
+        both - WAVE
+    );
 }
