@@ -55,13 +55,16 @@ pub fn answer(status: StatusCode, bytes: Bytes) -> Response {
 
 /// Serve `app` on `listen` on the runtime `purser serve` picks on a 2-core machine: one
 /// request thread. Connections share the router, as `purser serve`'s do
-/// (`into_make_service`).
+/// (`into_make_service`), and wait to be accepted in a queue as deep as its default
+/// (`purser::http::listener`; tokio's `bind` asks for 128 and drops a c=1024 burst's
+/// SYNs beyond it).
 pub fn serve(listen: &str, app: Router) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(listen).await?;
+        let listener =
+            purser::http::listener(listen.parse()?, purser::http::DEFAULT_MAX_IN_FLIGHT)?;
         axum::serve(listener, app.into_make_service()).await?;
         Ok(())
     })

@@ -79,7 +79,8 @@ pub async fn serve(args: Listen<'_>) -> ExitCode {
         }
     };
     // The queue of connections waiting to be accepted holds as many as may be served at
-    // once (at least tokio's 1,024): a burst that size is queued, not dropped.
+    // once: a burst that size is queued, not dropped. At least 1,024, so that clients
+    // beyond a low in-flight limit get their 503 `overloaded`, not a dropped SYN.
     let listener = match http::listener(listen, max_in_flight.max(1024)) {
         Ok(l) => l,
         Err(e) => {

@@ -60,11 +60,14 @@ impl UpstreamError {
 /// build failure is an error, never a fallback to a default client, which follows
 /// redirects.
 ///
-/// Its pool keeps every connection a call opened, for reqwest's 90 seconds idle: no more
-/// are ever open to a vendor than calls in flight, which `--max-in-flight` bounds. A cap
-/// below that limit (256 here before) closed, at each wave of more concurrent calls, the
-/// connections beyond it, and the next wave opened (and to a vendor, TLS-handshook)
-/// them again: at c=1024 on a 200 ms upstream, about 3,800 new connections a second.
+/// Its pool keeps every connection a call opened, until it has been idle for reqwest's
+/// 90 seconds (its reaper runs that often, so up to 180): a host's pool holds about as
+/// many as calls to it were in flight at the recent peak, which `--max-in-flight`
+/// bounds. A cap below that limit (256 here before) closed, at each wave of more
+/// concurrent calls to an HTTP/1.1 upstream (a self-hosted model server, a relay, the
+/// benchmark's mock), the connections beyond it, and the next wave opened them again:
+/// at c=1024 on a 200 ms upstream, about 3,800 new connections a second. (Vendors over
+/// TLS usually speak HTTP/2, where calls share connections.)
 pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

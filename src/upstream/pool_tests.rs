@@ -31,13 +31,17 @@ async fn answer(
     "ok"
 }
 
-/// `WAVE` calls at once through `client`, each read to its end.
+/// `WAVE` calls at once through `client`, each read to its end; a wave that cannot end
+/// (a call that never reached the server holds the others at the barrier) fails.
 async fn wave(client: &reqwest::Client, url: &str) {
     let calls = (0..WAVE).map(|_| async {
         let r = client.get(url).send().await.unwrap();
         assert_eq!(r.text().await.unwrap(), "ok");
     });
-    futures_util::future::join_all(calls).await;
+    let all = futures_util::future::join_all(calls);
+    tokio::time::timeout(std::time::Duration::from_secs(30), all)
+        .await
+        .expect("a wave of calls ended");
 }
 
 #[tokio::test]
@@ -64,8 +68,9 @@ async fn a_second_wave_of_calls_finds_the_first_waves_connections() {
     wave(&client, &url).await;
     let first = server.peers.lock().unwrap().len();
     assert_eq!(first, WAVE, "the first wave opens one connection a call");
-    // Let the last answers' connections go back to the pool.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Let the last answers' connections go back to the pool (on this one thread, within
+    // a few turns of it; a second leaves room for a loaded machine).
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     wave(&client, &url).await;
     let both = server.peers.lock().unwrap().len();
     assert_eq!(
