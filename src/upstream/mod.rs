@@ -65,8 +65,8 @@ impl UpstreamError {
 /// many as calls to it were in flight at the recent peak, which `--max-in-flight`
 /// bounds. A cap below that limit (256 here before) closed, at each wave of more
 /// concurrent calls to an HTTP/1.1 upstream (a self-hosted model server, a relay, the
-/// benchmark's mock), the connections beyond it, and the next wave opened them again:
-/// at c=1024 on a 200 ms upstream, about 3,800 new connections a second. (Vendors over
+/// benchmark's mock), the connections beyond it, and the next wave opened them again
+/// (at c=1024 on a 200 ms upstream, up to 768 a wave, five waves a second). (Vendors over
 /// TLS usually speak HTTP/2, where calls share connections.)
 pub fn http_client() -> Result<reqwest::Client, UpstreamError> {
     reqwest::Client::builder()
