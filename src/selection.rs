@@ -6,7 +6,9 @@
 use serde::Serialize;
 
 use crate::money::Money;
-use crate::policy::plan::{Ceiling, Destination, OnExceed, Route, ServiceTier, TierChoice};
+use crate::policy::plan::{
+    Applied, Ceiling, Destination, OnExceed, Route, ServiceTier, TierChoice,
+};
 
 /// Upper bounds on the tokens one call to one destination can consume. Computed per
 /// destination (`select`'s `bounds_of`): the input bound is over the body as that
@@ -64,6 +66,15 @@ impl TokenBounds {
             TierAsk::Tier(t) => TierChoice::Asked(t),
         }
     }
+
+    /// The rates these bounds are proved at on `d`: the long-context tier the input
+    /// reaches, the service tier asked for, cache writes billable after a mark. The
+    /// worst case, its arithmetic and the clamp all read these, so none can leave the
+    /// mark out (the clamp once did).
+    pub fn rates(&self, d: &Destination) -> Applied {
+        d.rates(self.input, self.tier_choice())
+            .marked(self.cache_marked)
+    }
 }
 
 /// A request whose cost at a destination cannot be bounded: the part or field, and
@@ -81,7 +92,7 @@ pub struct Unbounded {
 /// tier its input bound reaches, the service tier asked for), output, reasoning beyond
 /// the cap included, at the output rate of the same tier.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
-    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
+    let r = b.rates(d);
     r.input_ceiling().cost_of(b.input) + r.output.cost_of(b.total_output())
 }
 
@@ -185,7 +196,7 @@ pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
     } else {
         per_choice
     };
-    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
+    let r = b.rates(d);
     format!(
         "{} in × {}/M + {out} out × {}/M = {}",
         b.input,
@@ -286,7 +297,7 @@ fn verdict(d: &Destination, wc: Money, b: TokenBounds, ceiling: &Ceiling) -> Opt
 /// fit the ceiling and the window, no larger than `b.output`. Reasoning beyond the cap
 /// is not the cap's to clamp: it stays in the bound.
 pub fn clamp_output(d: &Destination, b: TokenBounds, ceiling: Money) -> Option<u64> {
-    let r = d.rates(b.input, b.tier_choice()).marked(b.cache_marked);
+    let r = b.rates(d);
     let fixed = r.input_ceiling().cost_of(b.input)
         + r.output
             .cost_of(b.reasoning.saturating_mul(b.choices.max(1)));
