@@ -166,29 +166,12 @@ pub fn stored(
 }
 
 /// A Responses API `usage` object (a response's, or the one `response.completed`
-/// carries): input with its cached part, output with its reasoning part, each output
-/// figure read at its largest reading as for chat. A non-zero count of any other class
-/// in the `_details` (`cache_write_tokens`, which the API now reports, or one added
-/// later) marks the cost estimated, by the same rule as chat.
+/// carries): read by the same rule as chat's (`usage_block`), under the Responses
+/// API's names. A non-zero count of any class in the `_details` purser does not price
+/// apart (`cache_write_tokens`, which the API now reports, or one added later) marks
+/// the cost estimated, as for chat.
 pub fn responses_usage(u: &Value) -> Usage {
-    let input = count(u, "/input_tokens");
-    let cached = count(u, "/input_tokens_details/cached_tokens");
-    let reasoning = count(u, "/output_tokens_details/reasoning_tokens");
-    let from_total = match (count(u, "/total_tokens"), input) {
-        (Some(t), Some(p)) => Some(t.saturating_sub(p)),
-        _ => None,
-    };
-    Usage {
-        input: input.map(|p| p.max(cached.unwrap_or(0))),
-        cached_input: cached,
-        // As for chat: what is reported, else unknown (`pricing::charge` decides).
-        cache_write: count(u, "/input_tokens_details/cache_write_tokens"),
-        output: super::largest([count(u, "/output_tokens"), from_total])
-            .map(|o| o.max(reasoning.unwrap_or(0))),
-        reasoning,
-        unpriced: unpriced_in(u, ["input_tokens_details", "output_tokens_details"]),
-        ..Usage::default()
-    }
+    read(u, &RESPONSES)
 }
 
 /// Already the OpenAI shape: handed back as it is, with its usage read.
@@ -223,12 +206,56 @@ pub fn served_tier(body: &Value) -> Option<super::ServedTier> {
 /// that say otherwise. Reasoning is read where OpenAI puts it and where some
 /// compatible servers do (`reasoning_tokens` at the top level).
 pub fn usage_block(u: &Value) -> Usage {
-    let input = count(u, "/prompt_tokens");
-    let cached = count(u, "/prompt_tokens_details/cached_tokens");
-    let reasoning = super::largest([
-        count(u, "/completion_tokens_details/reasoning_tokens"),
-        count(u, "/reasoning_tokens"),
-    ]);
+    read(u, &CHAT)
+}
+
+/// Where one of OpenAI's APIs puts each usage figure. Chat completions and the
+/// Responses API name them apart; relays and compatible servers put extra readings in
+/// both (a cache write under Anthropic's name, reasoning at the top level). One rule
+/// (`read`) reads both, so a reading seen in one dialect is read in the other too.
+struct Names {
+    input: &'static str,
+    output: &'static str,
+    cached: &'static str,
+    reasoning: &'static str,
+    /// Cache writes inside the input's `_details` (OpenRouter's `cache_write_tokens`,
+    /// Alibaba's `cache_creation_input_tokens`).
+    writes: [&'static str; 2],
+    /// The `_details` objects, input's then output's (`unpriced_in`).
+    details: [&'static str; 2],
+}
+
+const CHAT: Names = Names {
+    input: "/prompt_tokens",
+    output: "/completion_tokens",
+    cached: "/prompt_tokens_details/cached_tokens",
+    reasoning: "/completion_tokens_details/reasoning_tokens",
+    writes: [
+        "/prompt_tokens_details/cache_write_tokens",
+        "/prompt_tokens_details/cache_creation_input_tokens",
+    ],
+    details: ["prompt_tokens_details", "completion_tokens_details"],
+};
+
+const RESPONSES: Names = Names {
+    input: "/input_tokens",
+    output: "/output_tokens",
+    cached: "/input_tokens_details/cached_tokens",
+    reasoning: "/output_tokens_details/reasoning_tokens",
+    writes: [
+        "/input_tokens_details/cache_write_tokens",
+        "/input_tokens_details/cache_creation_input_tokens",
+    ],
+    details: ["input_tokens_details", "output_tokens_details"],
+};
+
+/// A usage object under `names`, each figure at its largest reading (see
+/// `usage_block`). The top-level extras (`total_tokens`, `reasoning_tokens`, LiteLLM's
+/// `cache_creation_input_tokens`) are the same in both dialects.
+fn read(u: &Value, names: &Names) -> Usage {
+    let input = count(u, names.input);
+    let cached = count(u, names.cached);
+    let reasoning = super::largest([count(u, names.reasoning), count(u, "/reasoning_tokens")]);
     let from_total = match (count(u, "/total_tokens"), input) {
         (Some(t), Some(p)) => Some(t.saturating_sub(p)),
         _ => None,
@@ -237,36 +264,28 @@ pub fn usage_block(u: &Value) -> Usage {
         // Cache reads are part of the prompt: a prompt count below them is read at them.
         input: input.map(|p| p.max(cached.unwrap_or(0))),
         cached_input: cached,
-        // Cache writes, where a relay or compatible server reports them (OpenRouter's
-        // `prompt_tokens_details.cache_write_tokens`, LiteLLM's top-level
-        // `cache_creation_input_tokens`, Alibaba's
-        // `prompt_tokens_details.cache_creation_input_tokens`), at the largest; `None`
-        // when none is. `pricing::charge` decides what that means: a structural 0 where
-        // no write can be billed (OpenAI writes its cache for free), unknown where the
-        // request asked for one.
+        // Cache writes, where a relay or compatible server reports them, at the
+        // largest; `None` when none is. `pricing::charge` decides what that means: a
+        // structural 0 where no write can be billed (OpenAI writes its cache for
+        // free), unknown where the request asked for one.
         cache_write: super::largest([
-            count(u, "/prompt_tokens_details/cache_write_tokens"),
-            count(u, "/prompt_tokens_details/cache_creation_input_tokens"),
+            count(u, names.writes[0]),
+            count(u, names.writes[1]),
             count(u, "/cache_creation_input_tokens"),
         ]),
         // Reasoning alone is a part, not a total: with no total reported the output
         // stays unreported (charged at its bound), never read as the part.
-        output: super::largest([count(u, "/completion_tokens"), from_total])
+        output: super::largest([count(u, names.output), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
-        unpriced: unpriced_classes(u),
+        unpriced: unpriced_in(u, names.details),
         ..Usage::default()
     }
 }
 
 /// Whether a usage block breaks out a non-zero count of a class purser does not price
-/// apart (anything in the `_details` but cached and reasoning tokens): a rule, so a
-/// class OpenAI adds next is caught too.
-fn unpriced_classes(u: &Value) -> bool {
-    unpriced_in(u, ["prompt_tokens_details", "completion_tokens_details"])
-}
-
-/// `unpriced_classes` over the named `_details` objects (chat's or the Responses API's).
+/// apart (anything in the named `_details` but cached and reasoning tokens): a rule,
+/// so a class OpenAI adds next is caught too.
 fn unpriced_in(u: &Value, details: [&str; 2]) -> bool {
     details
         .iter()

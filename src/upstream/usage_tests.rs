@@ -626,3 +626,61 @@ fn anthropic_streamed_compaction_iterations_are_summed() {
     let u = t.usage();
     assert_eq!((u.input, u.output), (Some(50_010), Some(2005)));
 }
+
+/// Chat's usage names as the Responses API spells them, at any depth.
+fn as_responses_usage(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let k = match k.as_str() {
+                        "prompt_tokens" => "input_tokens",
+                        "completion_tokens" => "output_tokens",
+                        "prompt_tokens_details" => "input_tokens_details",
+                        "completion_tokens_details" => "output_tokens_details",
+                        k => k,
+                    };
+                    (k.to_string(), as_responses_usage(v))
+                })
+                .collect(),
+        ),
+        v => v.clone(),
+    }
+}
+
+/// Every reading chat's usage takes, the Responses API's takes too: one rule under
+/// two dialects' names, so a relay's extra field (a cache write under Anthropic's
+/// name, reasoning at the top level, a total above the parts) is never read in one and
+/// missed in the other.
+#[test]
+fn a_responses_usage_is_read_by_the_same_rule_as_chats() {
+    let readings = [
+        json!({"prompt_tokens": 21, "completion_tokens": 0, "total_tokens": 81,
+               "completion_tokens_details": {"reasoning_tokens": 60}}),
+        json!({"prompt_tokens": 10, "completion_tokens": 0, "reasoning_tokens": 33}),
+        json!({"prompt_tokens": 12, "total_tokens": 50}),
+        json!({"prompt_tokens": 100, "completion_tokens": 5,
+               "prompt_tokens_details": {"cached_tokens": 300}}),
+        json!({"prompt_tokens": 900, "completion_tokens": 5, "cache_creation_input_tokens": 700}),
+        json!({"prompt_tokens": 900, "completion_tokens": 5,
+               "prompt_tokens_details": {"cache_write_tokens": 200,
+                                         "cache_creation_input_tokens": 400}}),
+        json!({"prompt_tokens": 900, "completion_tokens": 5,
+               "completion_tokens_details": {"audio_tokens": 7}}),
+    ];
+    for chat in readings {
+        let responses = as_responses_usage(&chat);
+        assert_eq!(
+            super::openai::responses_usage(&responses),
+            super::openai::usage_block(&chat),
+            "{responses}"
+        );
+    }
+    // The readings the Responses reader took from one place only before.
+    let u = super::openai::responses_usage(&json!({"input_tokens": 900, "output_tokens": 5,
+        "cache_creation_input_tokens": 700, "reasoning_tokens": 40}));
+    assert_eq!(
+        (u.cache_write, u.output, u.reasoning),
+        (Some(700), Some(40), Some(40))
+    );
+}
