@@ -247,8 +247,7 @@ pub(crate) fn tier_ask(
     unbounded: &mut Vec<(String, &'static str)>,
 ) -> Result<TierAsk, GatewayError> {
     Ok(match obj.get("service_tier") {
-        None | Some(Value::Null) => TierAsk::VendorPicks,
-        Some(Value::String(t)) if t == "auto" => TierAsk::VendorPicks,
+        asked if vendor_picks_tier(asked) => TierAsk::VendorPicks,
         Some(Value::String(t)) if t == standard => TierAsk::Standard,
         Some(Value::String(t)) => match ServiceTier::parse(t) {
             Some(t) => TierAsk::Tier(t),
@@ -261,7 +260,20 @@ pub(crate) fn tier_ask(
             }
         },
         Some(_) => return Err(bad("`service_tier` must be a string", "service_tier")),
+        // Absent: the vendor's pick (the first arm).
+        None => TierAsk::VendorPicks,
     })
+}
+
+/// Whether a body's `service_tier` leaves the tier to the vendor's (the project's)
+/// pick: absent, `null` or `auto`. The bound proves such a request at the tier the
+/// pick can land on, and `upstream::openai` pins it where the pick could be dearer.
+pub(crate) fn vendor_picks_tier(asked: Option<&Value>) -> bool {
+    match asked {
+        None | Some(Value::Null) => true,
+        Some(Value::String(t)) => t == "auto",
+        Some(_) => false,
+    }
 }
 
 #[cfg(test)]

@@ -95,12 +95,9 @@ fn pinned_tier(
     base: &Endpoints,
     body: &Value,
 ) -> Option<(&'static str, Value)> {
-    // `null` and `auto` leave the pick to the project as absence does.
-    let vendor_picks = match body.get("service_tier") {
-        None | Some(Value::Null) => true,
-        Some(Value::String(t)) => t == "auto",
-        Some(_) => false,
-    };
+    // `null` and `auto` leave the pick to the project as absence does, by the rule the
+    // bound read the request with.
+    let vendor_picks = crate::gateway::request::vendor_picks_tier(body.get("service_tier"));
     let priority_proved = dest
         .terms
         .service_tiers
