@@ -195,6 +195,15 @@ pub struct Call {
     pub headers: Vec<(String, String)>,
 }
 
+/// An admitted request: what its chain runs on, and nothing of what admitting it took.
+struct Admitted<'p> {
+    policy: &'p Policy,
+    request_id: String,
+    selected: selection::Selected,
+    req: ChatRequest,
+    rec: Recorder,
+}
+
 /// A served request.
 #[derive(Debug)]
 pub struct Served {
@@ -604,19 +613,68 @@ impl Engine {
         result
     }
 
+    /// The admission (`admit`), then the chain until the request is served or stops.
     async fn chat_inner(
         self: &Arc<Self>,
         key: Option<&str>,
         call: Call,
         watch: ClientWatch,
     ) -> Result<Served, Failed> {
+        let active = self.active();
+        let (plan, breakers) = (&active.plan, &*active.breakers);
+        // Boxed: what authentication, parsing, selection and the admission hold (the
+        // parsed view, the history, the new rows, 1.8-3.8 kB of future) is freed once
+        // the request is admitted, and the request's task holds only what the chain
+        // needs while it waits on the vendor, for seconds or minutes.
+        let Admitted {
+            policy,
+            request_id,
+            selected,
+            req,
+            rec,
+        } = Box::pin(self.admit(&active, key, call, watch)).await?;
+        let running_plan = || self.plan();
+        chain::Chain {
+            plan,
+            policy,
+            sel: &selected,
+            req: &req,
+            deps: chain::Deps {
+                ledger: &self.ledger,
+                metrics: &self.metrics,
+                clock: &*self.clock,
+                caller: attempt::Caller {
+                    http: &self.http,
+                    credentials: &self.credentials,
+                    breakers,
+                },
+                running_plan: &running_plan,
+            },
+        }
+        .run(rec)
+        .await
+        .map_err(|error| Failed {
+            request_id: Some(request_id),
+            policy: Some(policy.id.to_string()),
+            error,
+        })
+    }
+
+    /// Authenticate, parse, select and admit: the request's row, its first attempt's
+    /// and its reservation written ahead of any call, or the refusal recorded.
+    async fn admit<'p>(
+        self: &Arc<Self>,
+        active: &'p Active,
+        key: Option<&str>,
+        call: Call,
+        watch: ClientWatch,
+    ) -> Result<Admitted<'p>, Failed> {
         let Call {
             ingress,
             body,
             headers,
         } = call;
-        let active = self.active();
-        let (plan, breakers) = (&active.plan, &*active.breakers);
+        let (plan, breakers) = (&*active.plan, &*active.breakers);
         let no_id = |error| Failed {
             request_id: None,
             policy: None,
@@ -765,27 +823,13 @@ impl Engine {
             watch,
         );
         req.max_tokens = selected.bounds.output;
-        let running_plan = || self.plan();
-        chain::Chain {
-            plan,
+        Ok(Admitted {
             policy,
-            sel: &selected,
-            req: &req,
-            deps: chain::Deps {
-                ledger: &self.ledger,
-                metrics: &self.metrics,
-                clock: &*self.clock,
-                caller: attempt::Caller {
-                    http: &self.http,
-                    credentials: &self.credentials,
-                    breakers,
-                },
-                running_plan: &running_plan,
-            },
-        }
-        .run(rec)
-        .await
-        .map_err(with_id)
+            request_id,
+            selected,
+            req,
+            rec,
+        })
     }
 
     /// Selection, or the refusal with the smallest input bound any candidate had (what
