@@ -168,7 +168,7 @@ pub fn stored(
 /// apart (`cache_write_tokens`, which the API now reports, or one added later) marks
 /// the cost estimated, as for chat.
 pub fn responses_usage(u: &Value) -> Usage {
-    read(u, &RESPONSES)
+    usage_block(u)
 }
 
 /// Already the OpenAI shape: handed back as it is, with its usage read.
@@ -202,8 +202,13 @@ pub fn served_tier(body: &Value) -> Option<super::ServedTier> {
 /// have been seen to send `completion_tokens: 0` beside a total and reasoning count
 /// that say otherwise. Reasoning is read where OpenAI puts it and where some
 /// compatible servers do (`reasoning_tokens` at the top level).
+///
+/// Both APIs' names are read, whichever API the answer came from, and each figure taken
+/// at the larger: the names do not overlap, and a body whose shape is not the one the
+/// request's API implies (an error body of a Responses call, a relay that answers in
+/// the other dialect) still has its usage priced.
 pub fn usage_block(u: &Value) -> Usage {
-    read(u, &CHAT)
+    read(u, &CHAT).largest(read(u, &RESPONSES))
 }
 
 /// Where one of OpenAI's APIs puts each usage figure. Chat completions and the

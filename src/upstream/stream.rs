@@ -437,14 +437,17 @@ impl ChunkTranslator {
         if let Some(end) = ty.strip_prefix("response.")
             && matches!(end, "completed" | "incomplete" | "failed")
         {
+            // At the largest over every terminal event, as a chat stream's usage chunks
+            // are: a relay that repeats the end with a smaller or zeroed usage must not
+            // lower what was billed.
             if let Some(u) = v.pointer("/response/usage").filter(|u| u.is_object()) {
-                self.usage = Usage {
+                self.usage = self.usage.largest(Usage {
                     served_tier: v
                         .pointer("/response/service_tier")
                         .and_then(Value::as_str)
                         .map(super::ServedTier::parse),
                     ..super::openai::responses_usage(u)
-                };
+                });
             }
             // A failed response is a failure of the attempt (its error is classified
             // where the event is read), not the answer's end: its usage still counts.

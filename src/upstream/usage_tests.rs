@@ -684,3 +684,37 @@ fn a_responses_usage_is_read_by_the_same_rule_as_chats() {
         (Some(700), Some(40), Some(40))
     );
 }
+
+/// An error body of a Responses call carries the Responses API's names: "usage found
+/// anywhere in it is priced" (DESIGN 5) whichever API's names it uses, so such an
+/// answer is billed at its usage, not as unbilled (a 5xx without usage) nor at the
+/// worst case.
+#[test]
+fn an_error_bodys_usage_is_read_under_either_openai_apis_names() {
+    let responses = json!({"error": {"message": "upstream cut", "type": "server_error"},
+        "usage": {"input_tokens": 1200, "output_tokens": 800, "total_tokens": 2000}});
+    let chat = json!({"error": {"message": "upstream cut", "type": "server_error"},
+        "usage": {"prompt_tokens": 1200, "completion_tokens": 800, "total_tokens": 2000}});
+    for body in [responses, chat] {
+        let u = super::usage(Api::Openai, &body);
+        assert_eq!((u.input, u.output), (Some(1200), Some(800)), "{body}");
+    }
+}
+
+/// A Responses stream's terminal events each carry a usage; a relay that repeats the end
+/// with a smaller or zeroed one must not lower what was billed (as for a chat stream's
+/// usage chunks).
+#[test]
+fn a_responses_streams_usage_is_the_largest_its_terminal_events_report() {
+    let mut t = ChunkTranslator::new(Api::Openai, &dest(Api::Openai));
+    t.for_responses();
+    let end = |ty: &str, output: u64| SseEvent {
+        event: Some(ty.to_string()),
+        data: json!({"type": ty, "response": {"id": "resp_1", "status": "completed",
+            "usage": {"input_tokens": 50, "output_tokens": output, "total_tokens": 50 + output}}})
+        .to_string(),
+    };
+    t.event(&end("response.failed", 800));
+    t.event(&end("response.completed", 0));
+    assert_eq!(t.usage().output, Some(800));
+}
