@@ -510,3 +510,57 @@ async fn an_event_stream_to_a_plain_request_is_unclassified() {
     );
     assert_eq!(h.calls(), (1, 1));
 }
+
+/// While a call runs the request's parsed body is dropped (`ChatRequest::park`) and only
+/// its bytes kept; a second attempt parses them again. Every attempt after the first
+/// must still send the whole request: the same destination again after a rotated key,
+/// and the alternate (another API, so translated anew) after a rate limit.
+#[tokio::test]
+async fn every_later_attempt_sends_the_whole_request_the_client_sent() {
+    let h = harness().await;
+    let body = json!({"model": "m", "temperature": 0.25, "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "first answer"},
+        {"role": "user", "content": "x".repeat(5000)}]});
+    // A rotated key: the retry to the same destination (the old key is in use until a
+    // call is refused with it and the file says otherwise).
+    h.vendors
+        .script("primary", vec![Script::RequireKey("new-primary".into())]);
+    assert_eq!(h.chat(KEY_HARD).await.0, 401);
+    std::fs::write(h.keys.join("primary"), "new-primary").unwrap();
+    h.vendors.reset();
+    h.vendors
+        .script("primary", vec![Script::RequireKey("new-primary".into())]);
+    let (status, headers, v) = h.post(Some(KEY_HARD), body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(headers["x-purser-attempts"], "2");
+    let sent = h.vendors.sent("primary");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].body, sent[1].body, "the retry sent another body");
+    assert_eq!(sent[1].body["messages"], body["messages"]);
+    assert_eq!(sent[1].body["temperature"], 0.25);
+    // A rate limit: the alternate, on Anthropic's API.
+    h.vendors.reset();
+    h.vendors.script(
+        "primary",
+        vec![s(
+            429,
+            r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#,
+        )],
+    );
+    let (status, headers, v) = h.post(Some(KEY_SOFT), body.clone()).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(headers["x-purser-provider"], "alt");
+    let alt = h.vendors.sent("alt");
+    assert_eq!(alt.len(), 1);
+    let a = &alt[0].body;
+    assert_eq!(a["model"], "m2");
+    assert_eq!(a["system"], "be brief", "{a}");
+    assert_eq!(a["temperature"], 0.25);
+    let turns = a["messages"].as_array().unwrap();
+    assert_eq!(turns.len(), 3, "{a}");
+    assert_eq!(turns[2]["role"], "user");
+    assert!(a.to_string().contains(&"x".repeat(5000)));
+    assert!(a.to_string().contains("first answer"));
+}

@@ -92,6 +92,7 @@ pub fn explain_body(
         ingress,
         headers: Vec::new(),
         chat: Default::default(),
+        raw: None,
     };
     explain(
         dir,

@@ -203,7 +203,7 @@ impl Caller<'_> {
         &self,
         provider: &Provider,
         dest: &Destination,
-        req: &ChatRequest,
+        req: &mut ChatRequest,
         attempt_id: &str,
         force_open: bool,
     ) -> Observed {
@@ -235,13 +235,16 @@ impl Caller<'_> {
         };
         let mut prepared =
             upstream::prepare(provider.api, dest, &provider.endpoints, key.as_deref(), req);
+        // The call's bytes are made: the parsed body is not needed while it runs.
+        req.park();
+        let (stream, ingress) = (req.stream, req.ingress);
         // Names the ledger row of this call, so a vendor's logs (and a test's mock) can
         // be matched with the ledger call by call.
         prepared
             .headers
             .push(("x-purser-attempt", attempt_id.to_string()));
         let sent = Instant::now();
-        let (status, seen) = if req.stream {
+        let (status, seen) = if stream {
             match upstream::open_stream(self.http, prepared, provider.timeout()).await {
                 upstream::Opened::Complete(obs) => observe(provider.api, obs),
                 upstream::Opened::Streaming { status, body, .. } => {
@@ -249,7 +252,7 @@ impl Caller<'_> {
                     // call's too (about 1 kB), would be sized by this streaming wait.
                     match Box::pin(stream::first_content(
                         provider.api,
-                        req.ingress,
+                        ingress,
                         dest,
                         body,
                         provider.timeout(),

@@ -40,12 +40,16 @@ pub struct Deps<'a> {
     pub running_plan: &'a (dyn Fn() -> std::sync::Arc<Plan> + Send + Sync),
 }
 
-/// What the chain runs under: one plan snapshot, the selection, the request.
+/// What the chain runs under: one plan snapshot, the selection, and what it needs to
+/// know of the request once its body is parked (`run` holds the request itself).
 pub struct Chain<'a> {
     pub plan: &'a Plan,
     pub policy: &'a Policy,
     pub sel: &'a Selected,
-    pub req: &'a ChatRequest,
+    /// The request's API.
+    pub ingress: Ingress,
+    /// Whether the request has the vendor store its response (`openai::stores`).
+    pub stores: bool,
     pub deps: Deps<'a>,
 }
 
@@ -117,7 +121,13 @@ impl Decided {
 }
 
 impl Chain<'_> {
-    pub async fn run(&self, mut rec: Recorder) -> Result<Served, GatewayError> {
+    /// `req` is parked while each call runs (`ChatRequest::park`), and parsed again
+    /// only where another attempt needs it: the alternate's fields, a retry's call.
+    pub async fn run(
+        &self,
+        mut rec: Recorder,
+        mut req: ChatRequest,
+    ) -> Result<Served, GatewayError> {
         let sel = self.sel;
         let mut at = Cursor {
             seq: 0,
@@ -146,10 +156,15 @@ impl Chain<'_> {
                 Box::pin(self.begin(&rec, &at)).await?;
             }
             let attempt_id = format!("{}/{}", rec.request_id(), at.seq);
+            // A retry or the alternate: the body, parked during the last call, is read
+            // again. It parsed when the request came; should it not now, the attempt
+            // before has been recorded whole, and the request ends here.
+            req.unpark()
+                .map_err(|e| GatewayError::Internal(e.to_string()))?;
             let seen = self
                 .deps
                 .caller
-                .attempt(provider, at.dest, self.req, &attempt_id, at.force_open)
+                .attempt(provider, at.dest, &mut req, &attempt_id, at.force_open)
                 .instrument(tracing::info_span!("attempt", seq = at.seq, provider = %at.dest.provider, model = %at.dest.upstream_model))
                 .await;
             at.force_open = false;
@@ -180,7 +195,7 @@ impl Chain<'_> {
                 key,
                 sent,
             };
-            match Box::pin(self.failed(&mut rec, &mut at, seen)).await? {
+            match Box::pin(self.failed(&mut rec, &mut at, seen, &mut req)).await? {
                 Next::Retry => at.retried = true,
                 Next::Alternate => {
                     let Some(a) = &self.sel.alternate else {
@@ -249,7 +264,7 @@ impl Chain<'_> {
             breaker: self.deps.caller.breakers.get(&at.dest.provider).cloned(),
             sent,
             key,
-            stores: upstream::openai::stores(self.req),
+            stores: self.stores,
         };
         tokio::spawn(tail.run(live, tx).instrument(tracing::Span::current()));
         served
@@ -266,11 +281,11 @@ impl Chain<'_> {
         sent: Option<std::time::Instant>,
     ) -> Result<Served, GatewayError> {
         let stored = match api {
-            Api::Openai => upstream::openai::stored(self.req, &json, 0),
+            Api::Openai => upstream::openai::stored(self.stores, &json, 0),
             Api::Anthropic | Api::Gemini => None,
         };
         let (usage, reply) = match api {
-            Api::Openai if self.req.ingress == Ingress::Responses => (
+            Api::Openai if self.ingress == Ingress::Responses => (
                 upstream::Usage {
                     served_tier: upstream::openai::served_tier(&json),
                     ..json
@@ -280,7 +295,7 @@ impl Chain<'_> {
                 Reply::Verbatim(raw),
             ),
             // A Messages request translated to chat: the answer goes back as a message.
-            Api::Openai if self.req.ingress == Ingress::Messages => {
+            Api::Openai if self.ingress == Ingress::Messages => {
                 let usage = upstream::openai::usage(&json);
                 let message =
                     upstream::from_messages::message(&json, at.dest.model.as_str(), &usage);
@@ -288,14 +303,14 @@ impl Chain<'_> {
             }
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             // A Messages request to Anthropic: the vendor's own answer is the client's.
-            Api::Anthropic if self.req.ingress == Ingress::Messages => (
+            Api::Anthropic if self.ingress == Ingress::Messages => (
                 json.get("usage")
                     .map_or_else(Default::default, upstream::anthropic::usage),
                 Reply::Verbatim(raw),
             ),
             // A Responses request translated to chat for Anthropic or Gemini: the
             // adapter's chat completion goes back as a Responses `response`.
-            Api::Anthropic | Api::Gemini if self.req.ingress == Ingress::Responses => {
+            Api::Anthropic | Api::Gemini if self.ingress == Ingress::Responses => {
                 let (chat, usage) = upstream::translate(api, at.dest, json);
                 let response =
                     upstream::from_responses::response(&chat, at.dest.model.as_str(), &usage);
@@ -334,8 +349,9 @@ impl Chain<'_> {
         rec: &mut Recorder,
         at: &mut Cursor<'_>,
         seen: Attempted,
+        req: &mut ChatRequest,
     ) -> Result<Next, GatewayError> {
-        let decided = self.decide(rec, at, &seen).await?;
+        let decided = self.decide(rec, at, &seen, req).await?;
         let msg = truncate_redact(&seen.failure.message, seen.key.as_deref());
         self.record_failure(rec, at, &seen, &decided, &msg).await?;
         let class = seen.failure.class;
@@ -368,19 +384,26 @@ impl Chain<'_> {
     }
 
     /// The decision's inputs, the budget asked when it decides, and the decision.
+    /// `req`: parked or not; read again here only when an alternate could carry it.
     async fn decide(
         &self,
         rec: &Recorder,
         at: &mut Cursor<'_>,
         seen: &Attempted,
+        req: &mut ChatRequest,
     ) -> Result<Decided, GatewayError> {
         let class = seen.failure.class;
         let bill = seen.failure.bill(at.dest, self.sel.bounds_for(at.dest));
         let provider = self.plan.provider(&at.dest.provider);
         let unfit = match (&self.sel.alternate, at.on_alternate) {
-            (Some(a), false) => super::ingress::check_request(self.req, a.destination.api)
-                .err()
-                .map(|(_, why)| why),
+            // A body that cannot be read again cannot be sent anywhere: the failure is
+            // recorded and decided as for an alternate that cannot take the fields.
+            (Some(a), false) => match req.unpark() {
+                Ok(()) => super::ingress::check_request(req, a.destination.api)
+                    .err()
+                    .map(|(_, why)| why),
+                Err(e) => Some(e.to_string()),
+            },
             (None, _) | (Some(_), true) => None,
         };
         let alternate = match (&self.sel.alternate, at.on_alternate) {

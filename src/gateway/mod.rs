@@ -193,6 +193,9 @@ pub struct Call {
     pub ingress: Ingress,
     pub body: Value,
     pub headers: Vec<(String, String)>,
+    /// The bytes `body` was parsed from, kept so that the parsed body need not be while
+    /// a call runs (`ChatRequest::park`); `None` keeps it parsed.
+    pub raw: Option<bytes::Bytes>,
 }
 
 /// An admitted request: what its chain runs on, and nothing of what admitting it took.
@@ -472,6 +475,7 @@ impl Engine {
             ingress: Ingress::Messages,
             headers: Vec::new(),
             chat: Default::default(),
+            raw: None,
         };
         let undeclared = if policy.needs_proof() {
             Undeclared::Refuse
@@ -531,6 +535,7 @@ impl Engine {
             ingress: Ingress::Chat,
             body,
             headers: Vec::new(),
+            raw: None,
         };
         self.call(key, call, hold).await
     }
@@ -638,7 +643,8 @@ impl Engine {
             plan,
             policy,
             sel: &selected,
-            req: &req,
+            ingress: req.ingress,
+            stores: crate::upstream::openai::stores(&req),
             deps: chain::Deps {
                 ledger: &self.ledger,
                 metrics: &self.metrics,
@@ -651,7 +657,7 @@ impl Engine {
                 running_plan: &running_plan,
             },
         }
-        .run(rec)
+        .run(rec, req)
         .await
         .map_err(|error| Failed {
             request_id: Some(request_id),
@@ -673,6 +679,7 @@ impl Engine {
             ingress,
             body,
             headers,
+            raw,
         } = call;
         let (plan, breakers) = (&*active.plan, &*active.breakers);
         let no_id = |error| Failed {
@@ -753,6 +760,7 @@ impl Engine {
             ingress,
             headers,
             chat: Default::default(),
+            raw,
         };
         let selected = match self
             .select(plan, breakers, policy, &parsed, &req, history.as_ref())

@@ -833,6 +833,7 @@ mod tests {
             ingress: crate::ingress::Ingress::Chat,
             headers: Vec::new(),
             chat: Default::default(),
+            raw: None,
         }
     }
 

@@ -93,7 +93,17 @@ pub struct ChatRequest {
     /// request, 37% of a 9 kB Messages request's instructions). Filled from `body`,
     /// which must not change once it is.
     pub chat: OnceLock<Result<Value, Untranslatable>>,
+    /// The bytes `body` was parsed from, where the client's request gave them: while a
+    /// call runs the request is parked (`park`), its parsed body (2 to 7 times these
+    /// bytes) and translation dropped, and parsed again only if a later attempt needs
+    /// them (`unpark`). `None`: the body has no bytes to return to, and stays parsed.
+    pub raw: Option<bytes::Bytes>,
 }
+
+/// A parked request's bytes no longer parse (they did when it was received).
+#[derive(Debug, thiserror::Error)]
+#[error("the request's body could not be read again for another attempt: {0}")]
+pub struct Unparked(serde_json::Error);
 
 impl ChatRequest {
     pub fn new(
@@ -110,7 +120,27 @@ impl ChatRequest {
             ingress,
             headers,
             chat: OnceLock::new(),
+            raw: None,
         }
+    }
+
+    /// Drop the parsed body and its translation while a call runs (seconds to minutes),
+    /// keeping the bytes they came from. A request without bytes stays as it is. Only
+    /// `unpark` makes the body readable again: a parked body reads as `null`.
+    pub fn park(&mut self) {
+        if self.raw.is_some() {
+            self.body = Value::Null;
+            self.chat = OnceLock::new();
+        }
+    }
+
+    /// Parse the body again if it is parked. A client's body is a JSON object, so a
+    /// `null` body with bytes behind it is a parked one.
+    pub fn unpark(&mut self) -> Result<(), Unparked> {
+        if let (Value::Null, Some(raw)) = (&self.body, &self.raw) {
+            self.body = serde_json::from_slice(raw).map_err(Unparked)?;
+        }
+        Ok(())
     }
 
     /// The body as chat completions: the client's own for chat, else its translation,
@@ -856,6 +886,44 @@ mod tests {
         }
     }
 
+    /// Parked, a request keeps only its bytes; unparked, it is what it was, its
+    /// translation made again on need. Without bytes it stays parsed.
+    #[test]
+    fn a_parked_request_is_read_again_from_its_bytes() {
+        let body = json!({"model": "m", "system": "be brief",
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5});
+        let mut r = ChatRequest::new(
+            body.clone(),
+            5,
+            false,
+            crate::ingress::Ingress::Messages,
+            Vec::new(),
+        );
+        r.raw = Some(bytes::Bytes::from(serde_json::to_vec(&body).unwrap()));
+        let chat = r.as_chat().unwrap().clone();
+        r.park();
+        assert_eq!(r.body, Value::Null);
+        assert!(r.chat.get().is_none(), "the translation outlived the park");
+        r.unpark().unwrap();
+        assert_eq!(r.body, body);
+        assert_eq!(r.as_chat().unwrap(), &chat);
+        // Without bytes there is nothing to return to: parking keeps the body.
+        let mut kept = ChatRequest::new(
+            body.clone(),
+            5,
+            false,
+            crate::ingress::Ingress::Chat,
+            vec![],
+        );
+        kept.park();
+        assert_eq!(kept.body, body);
+        // Bytes that no longer parse are an error, not an empty body.
+        let mut broken = ChatRequest::new(body, 5, false, crate::ingress::Ingress::Chat, vec![]);
+        broken.raw = Some(bytes::Bytes::from_static(b"{not json"));
+        broken.park();
+        assert!(broken.unpark().is_err());
+    }
+
     fn req() -> ChatRequest {
         ChatRequest {
             body: json!({"model": "m", "stop": "END", "messages": [
@@ -868,6 +936,7 @@ mod tests {
             ingress: crate::ingress::Ingress::Chat,
             headers: Vec::new(),
             chat: Default::default(),
+            raw: None,
         }
     }
 

@@ -144,12 +144,9 @@ pub fn stores(req: &ChatRequest) -> bool {
 /// A Responses API answer (`response` object) the vendor stored for a later turn, if
 /// the request had it stored and the answer does not say it was not; `items_seen`: the
 /// output items a stream announced, should the answer list fewer.
-pub fn stored(
-    req: &ChatRequest,
-    response: &Value,
-    items_seen: u64,
-) -> Option<super::StoredResponse> {
-    if !stores(req) || response.get("store") == Some(&Value::Bool(false)) {
+/// `stores`: what [`stores`] said of the request (read before its body was parked).
+pub fn stored(stores: bool, response: &Value, items_seen: u64) -> Option<super::StoredResponse> {
+    if !stores || response.get("store") == Some(&Value::Bool(false)) {
         return None;
     }
     let listed = response
