@@ -1067,3 +1067,55 @@ async fn compaction_passes_are_booked_summed_sqlite() {
 async fn compaction_passes_are_booked_summed_postgres() {
     compaction_booked_on(Engine::Postgres).await;
 }
+
+/// A Messages request whose Anthropic primary is rate-limited fails over to an OpenAI
+/// alternate: the body, parked while the primary's call ran (`ChatRequest::park`, its
+/// translation dropped with it), is read and translated again, whole, for the alternate.
+#[tokio::test]
+async fn a_messages_request_failing_over_to_an_openai_alternate_is_translated_whole() {
+    let g = common::start(|v| {
+        vec![
+            provider(v, "an", "anthropic", "eu", &[("m", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
+            provider(v, "oai", "openai", "eu", &[("m2", "1", "2")])
+                + "    media_tokens: { image: 1600 }\n",
+            format!(
+                "kind: policy\nid: p\nclients:\n  - id: c\n    key_sha256: \"{}\"\nmodels: [m]\njurisdictions: [eu]\nceiling:\n  per_request: \"1.00\"\n  mode: soft\nmax_output_tokens: 100\nalternates:\n  m: oai/m2\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await;
+    g.vendors.script(
+        "an",
+        vec![Script::Status(
+            429,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#.into(),
+        )],
+    );
+    let (status, h, out) = send(&g, &translatable(false), &[], "/v1/messages").await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(h["x-purser-provider"], "oai");
+    // The primary got the Messages body as it was sent.
+    assert_eq!(
+        g.vendors.sent("an")[0].body["messages"],
+        translatable(false)["messages"]
+    );
+    let sent = &g.vendors.sent("oai")[0].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+            {"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "and this?"}]},
+        ]),
+        "{sent}"
+    );
+    assert_eq!(sent["tools"][0]["function"]["name"], "ls");
+}

@@ -148,6 +148,12 @@ impl Chain<'_> {
                     at.dest.provider
                 )));
             };
+            // A retry or the alternate: the body, parked during the last call, is read
+            // again, before the attempt's row is begun. It parsed when the request came;
+            // should it not now, no call is made, the attempt before has been recorded
+            // whole, and the request ends here.
+            req.unpark()
+                .map_err(|e| GatewayError::Internal(e.to_string()))?;
             // The ledger writes and decisions around the call (`begin` before an
             // alternate's call, `served` and `failed` after one: 1.8-3.5 kB of future
             // each) are boxed, so that the request's task holds only the call's state
@@ -156,11 +162,6 @@ impl Chain<'_> {
                 Box::pin(self.begin(&rec, &at)).await?;
             }
             let attempt_id = format!("{}/{}", rec.request_id(), at.seq);
-            // A retry or the alternate: the body, parked during the last call, is read
-            // again. It parsed when the request came; should it not now, the attempt
-            // before has been recorded whole, and the request ends here.
-            req.unpark()
-                .map_err(|e| GatewayError::Internal(e.to_string()))?;
             let seen = self
                 .deps
                 .caller

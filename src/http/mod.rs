@@ -457,7 +457,8 @@ async fn serve(state: AppState, req: Request, ingress: Ingress) -> Response {
         ingress,
         body: value,
         headers: forwarded,
-        raw: Some(bytes::Bytes::from(body)),
+        // A chunked body grew by doubling: its spare capacity is not kept for the call.
+        raw: Some(bytes::Bytes::from(body.into_boxed_slice())),
     };
     match engine.call(key.as_deref(), call, Some(permit)).await {
         Ok(served) => served_response(served),
