@@ -126,7 +126,7 @@ impl Chain<'_> {
     pub async fn run(
         &self,
         mut rec: Recorder,
-        mut req: ChatRequest,
+        mut req: Box<ChatRequest>,
     ) -> Result<Served, GatewayError> {
         let sel = self.sel;
         let mut at = Cursor {

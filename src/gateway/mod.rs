@@ -203,7 +203,12 @@ struct Admitted<'p> {
     policy: &'p Policy,
     request_id: String,
     selected: selection::Selected,
-    req: ChatRequest,
+    /// Boxed: the chain keeps it for the whole call (parked), and an async fn holds a
+    /// value it is given in two slots, the argument's and its own.
+    req: Box<ChatRequest>,
+    /// What the chain needs of the request once its body is parked (`chain::Chain`).
+    ingress: Ingress,
+    stores: bool,
     rec: Recorder,
 }
 
@@ -552,6 +557,10 @@ impl Engine {
         let engine = Arc::clone(self);
         let key = key.map(str::to_string);
         let running = self.inflight.running();
+        // Boxed, as the admitted request is below: each layer of the request's task
+        // (this block, `chat_traced`, `chat_inner`) keeps a slot for what it was given
+        // for the task's whole life, though `admit` moves the call out at once.
+        let body = Box::new(body);
         let task = tokio::spawn(async move {
             let _running = running;
             engine.chat_traced(key.as_deref(), body, watch).await
@@ -574,7 +583,7 @@ impl Engine {
     async fn chat_traced(
         self: &Arc<Self>,
         key: Option<&str>,
-        body: Call,
+        body: Box<Call>,
         watch: ClientWatch,
     ) -> Result<Served, Failed> {
         let span = tracing::info_span!(
@@ -622,7 +631,7 @@ impl Engine {
     async fn chat_inner(
         self: &Arc<Self>,
         key: Option<&str>,
-        call: Call,
+        call: Box<Call>,
         watch: ClientWatch,
     ) -> Result<Served, Failed> {
         let active = self.active();
@@ -636,6 +645,8 @@ impl Engine {
             request_id,
             selected,
             req,
+            ingress,
+            stores,
             rec,
         } = Box::pin(self.admit(&active, key, call, watch)).await?;
         let running_plan = || self.plan();
@@ -643,8 +654,8 @@ impl Engine {
             plan,
             policy,
             sel: &selected,
-            ingress: req.ingress,
-            stores: crate::upstream::openai::stores(&req),
+            ingress,
+            stores,
             deps: chain::Deps {
                 ledger: &self.ledger,
                 metrics: &self.metrics,
@@ -672,7 +683,7 @@ impl Engine {
         self: &Arc<Self>,
         active: &'p Active,
         key: Option<&str>,
-        call: Call,
+        call: Box<Call>,
         watch: ClientWatch,
     ) -> Result<Admitted<'p>, Failed> {
         let Call {
@@ -680,7 +691,7 @@ impl Engine {
             body,
             headers,
             raw,
-        } = call;
+        } = *call;
         let (plan, breakers) = (&*active.plan, &*active.breakers);
         let no_id = |error| Failed {
             request_id: None,
@@ -835,7 +846,9 @@ impl Engine {
             policy,
             request_id,
             selected,
-            req,
+            ingress,
+            stores: crate::upstream::openai::stores(&req),
+            req: Box::new(req),
             rec,
         })
     }
