@@ -439,6 +439,22 @@ fn translatable(stream: bool) -> Value {
     })
 }
 
+/// `translatable`'s messages as chat completions: the system first, the call, its
+/// result as a tool message right after it, then the rest of the user turn; the mark
+/// dropped.
+fn translatable_as_chat() -> Value {
+    json!([
+        {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
+        {"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            {"type": "text", "text": "and this?"}]},
+    ])
+}
+
 async fn translated_on(engine: Engine) {
     let Some(g) = openai_gateway_on(engine, "messages_translated_plain").await else {
         return;
@@ -449,20 +465,7 @@ async fn translated_on(engine: Engine) {
     // The vendor got chat completions: the system first, the call, its result as a
     // tool message right after it, then the rest of the user turn; the mark dropped.
     let sent = &g.vendors.sent("oai")[0].body;
-    assert_eq!(
-        sent["messages"],
-        json!([
-            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
-            {"role": "user", "content": "list files"},
-            {"role": "assistant", "content": null, "tool_calls": [
-                {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
-            {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
-            {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                {"type": "text", "text": "and this?"}]},
-        ]),
-        "{sent}"
-    );
+    assert_eq!(sent["messages"], translatable_as_chat(), "{sent}");
     assert_eq!(
         sent["tools"],
         json!([{"type": "function", "function": {"name": "ls", "description": "list", "parameters": {"type": "object"}}}])
@@ -1103,19 +1106,6 @@ async fn a_messages_request_failing_over_to_an_openai_alternate_is_translated_wh
         translatable(false)["messages"]
     );
     let sent = &g.vendors.sent("oai")[0].body;
-    assert_eq!(
-        sent["messages"],
-        json!([
-            {"role": "system", "content": [{"type": "text", "text": "be brief"}]},
-            {"role": "user", "content": "list files"},
-            {"role": "assistant", "content": null, "tool_calls": [
-                {"id": "t1", "type": "function", "function": {"name": "ls", "arguments": "{\"dir\":\".\"}"}}]},
-            {"role": "tool", "tool_call_id": "t1", "content": "a.txt"},
-            {"role": "user", "content": [
-                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                {"type": "text", "text": "and this?"}]},
-        ]),
-        "{sent}"
-    );
+    assert_eq!(sent["messages"], translatable_as_chat(), "{sent}");
     assert_eq!(sent["tools"][0]["function"]["name"], "ls");
 }
