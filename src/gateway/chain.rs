@@ -286,15 +286,6 @@ impl Chain<'_> {
             Api::Anthropic | Api::Gemini => None,
         };
         let (usage, reply) = match api {
-            Api::Openai if self.ingress == Ingress::Responses => (
-                upstream::Usage {
-                    served_tier: upstream::openai::served_tier(&json),
-                    ..json
-                        .get("usage")
-                        .map_or_else(Default::default, upstream::openai::responses_usage)
-                },
-                Reply::Verbatim(raw),
-            ),
             // A Messages request translated to chat: the answer goes back as a message.
             Api::Openai if self.ingress == Ingress::Messages => {
                 let usage = upstream::openai::usage(&json);
@@ -302,6 +293,8 @@ impl Chain<'_> {
                     upstream::from_messages::message(&json, at.dest.model.as_str(), &usage);
                 (usage, Reply::Complete(message))
             }
+            // Chat or Responses to an OpenAI API: the vendor's own answer, its usage read
+            // under either API's names.
             Api::Openai => (upstream::openai::usage(&json), Reply::Verbatim(raw)),
             // A Messages request to Anthropic: the vendor's own answer is the client's.
             Api::Anthropic if self.ingress == Ingress::Messages => (

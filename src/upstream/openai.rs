@@ -159,15 +159,6 @@ pub fn stored(stores: bool, response: &Value, items_seen: u64) -> Option<super::
     })
 }
 
-/// A Responses API `usage` object (a response's, or the one `response.completed`
-/// carries): read by the same rule as chat's (`usage_block`), under the Responses
-/// API's names. A non-zero count of any class in the `_details` purser does not price
-/// apart (`cache_write_tokens`, which the API now reports, or one added later) marks
-/// the cost estimated, as for chat.
-pub fn responses_usage(u: &Value) -> Usage {
-    usage_block(u)
-}
-
 /// Already the OpenAI shape: handed back as it is, with its usage read.
 pub fn translate(body: Value) -> (Value, Usage) {
     let usage = usage(&body);
@@ -200,10 +191,14 @@ pub fn served_tier(body: &Value) -> Option<super::ServedTier> {
 /// that say otherwise. Reasoning is read where OpenAI puts it and where some
 /// compatible servers do (`reasoning_tokens` at the top level).
 ///
-/// Both APIs' names are read, whichever API the answer came from, and each figure taken
-/// at the larger: the names do not overlap, and a body whose shape is not the one the
-/// request's API implies (an error body of a Responses call, a relay that answers in
-/// the other dialect) still has its usage priced.
+/// Both APIs' names are read (chat completions' and the Responses API's, whose usage a
+/// response or its `response.completed` event carries), whichever API the answer came
+/// from, and each figure taken at the larger: the names do not overlap, and a body
+/// whose shape is not the one the request's API implies (an error body of a Responses
+/// call, a relay that answers in the other dialect) still has its usage priced. A
+/// non-zero count of any class in the `_details` purser does not price apart
+/// (`cache_write_tokens`, which the Responses API now reports, or one added later)
+/// marks the cost estimated.
 pub fn usage_block(u: &Value) -> Usage {
     read(u, &CHAT).largest(read(u, &RESPONSES))
 }

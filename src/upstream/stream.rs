@@ -446,7 +446,7 @@ impl ChunkTranslator {
                         .pointer("/response/service_tier")
                         .and_then(Value::as_str)
                         .map(super::ServedTier::parse),
-                    ..super::openai::responses_usage(u)
+                    ..super::openai::usage_block(u)
                 });
             }
             // A failed response is a failure of the attempt (its error is classified

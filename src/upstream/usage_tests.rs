@@ -563,7 +563,7 @@ fn finish_reasons_are_mapped_once_per_vendor_for_answers_and_streams() {
 #[test]
 fn a_responses_usage_with_a_class_purser_does_not_price_is_marked_unpriced() {
     let u = |details: Value| {
-        super::openai::responses_usage(&json!({
+        super::openai::usage_block(&json!({
             "input_tokens": 3000, "input_tokens_details": details,
             "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 30},
             "total_tokens": 3040,
@@ -671,13 +671,13 @@ fn a_responses_usage_is_read_by_the_same_rule_as_chats() {
     for chat in readings {
         let responses = as_responses_usage(&chat);
         assert_eq!(
-            super::openai::responses_usage(&responses),
+            super::openai::usage_block(&responses),
             super::openai::usage_block(&chat),
             "{responses}"
         );
     }
     // The readings the Responses reader took from one place only before.
-    let u = super::openai::responses_usage(&json!({"input_tokens": 900, "output_tokens": 5,
+    let u = super::openai::usage_block(&json!({"input_tokens": 900, "output_tokens": 5,
         "cache_creation_input_tokens": 700, "reasoning_tokens": 40}));
     assert_eq!(
         (u.cache_write, u.output, u.reasoning),
