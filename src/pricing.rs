@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::money::Money;
 use crate::policy::plan::{Api, Destination, TierChoice};
 use crate::selection::TokenBounds;
-use crate::upstream::{ServedTier, Usage};
+use crate::upstream::{InferenceGeo, ServedTier, Usage};
 
 /// How an attempt's cost was reached (the ledger's `cost_basis`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -85,7 +85,9 @@ impl CacheTokens {
 /// rate: plain input at the input rate, cache reads and writes (5-minute and 1-hour)
 /// at theirs, output (reasoning included) at the output rate. A rate the table lacks
 /// is charged at its stand-in (a served tier with no declared rates: the dearest
-/// declared), making the cost `estimated`. What the vendor did not report is charged
+/// declared), making the cost `estimated`. A call whose inference the answer says ran
+/// in one region is charged at the regional premium; one that does not say, where the
+/// workspace may have picked a region, too (`estimated`). What the vendor did not report is charged
 /// so that a missing figure never lowers the cost:
 /// - a missing input or output total is charged at its bound, input at the dearest
 ///   input-side rate, exactly as the worst case prices it;
@@ -103,9 +105,21 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         Some(ServedTier::Unlisted) => TierChoice::Dearest,
         None => bounds.tier_choice(),
     };
+    // The regional premium where the answer says a region, or where it does not say
+    // and the workspace may have picked one (a guess at what was billed).
+    let (regional, geo_guessed) = match usage.geo {
+        Some(InferenceGeo::Region) => (true, false),
+        Some(InferenceGeo::Anywhere) => (false, false),
+        None => (
+            dest.may_bill_regional_premium(),
+            dest.may_bill_regional_premium(),
+        ),
+    };
     let rates = dest
         .rates(usage.input.unwrap_or(bounds.input), tier)
-        .marked(bounds.cache_marked);
+        .marked(bounds.cache_marked)
+        .with_audio(dest.terms.audio_input_per_mtok.filter(|_| bounds.audio))
+        .regional(regional);
     // The cache writes as reported. Not reported, they are unknown (priced below as a
     // part that may hide in the plain input) where the request asked for one (a mark)
     // or the API reports them whenever it bills them (Anthropic's: a missing count is
@@ -114,13 +128,18 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
     // the writes its answers report.
     let cache_write = match usage.cache_write {
         Some(w) => Some(w),
-        None if bounds.cache_marked || dest.api == Api::Anthropic => None,
+        None if bounds.cache_marked
+            || dest.api == Api::Anthropic
+            || dest.writes_cache_by_itself() =>
+        {
+            None
+        }
         None => usage.input.map(|_| 0),
     };
     // The vendor picked the tier and did not say which: the dearest declared one is a
     // guess at what was billed.
     let guessed = tier == TierChoice::AnyDeclared && !dest.terms.service_tiers.is_empty();
-    let mut estimated = !rates.listed || guessed || usage.unpriced;
+    let mut estimated = !rates.listed || guessed || geo_guessed || usage.unpriced;
     let input_cost = match usage.input {
         None => {
             missing = true;
@@ -157,7 +176,22 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
             };
             // Tokens not broken out as reads or writes. Should the parts exceed the total
             // (a vendor inconsistency), the parts are charged as reported: the larger.
-            let plain = total.saturating_sub(reads.saturating_add(short).saturating_add(long));
+            // Audio at its own rate: the entry's (with the premium, as every rate),
+            // else as plain input, a guess (`estimated`).
+            let audio = usage.audio_input.unwrap_or(0);
+            let audio_rate = match dest.terms.audio_input_per_mtok {
+                Some(a) => rates.audio.unwrap_or(a),
+                None => {
+                    estimated |= audio > 0;
+                    rates.input
+                }
+            };
+            let plain = total.saturating_sub(
+                reads
+                    .saturating_add(short)
+                    .saturating_add(long)
+                    .saturating_add(audio),
+            );
             let mut plain_rate = rates.input;
             let hidden = [
                 (usage.cached_input, cached, true),
@@ -179,6 +213,7 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
                 estimated = true;
             }
             plain_rate.cost_of(plain)
+                + audio_rate.cost_of(audio)
                 + cached.per_mtok.cost_of(reads)
                 + write.per_mtok.cost_of(short)
                 + write_1h.per_mtok.cost_of(long)
@@ -226,12 +261,17 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// Input 2, output 10 per Mtok; optional cache rates.
+    /// Input 2, output 10 per Mtok; optional cache rates. Of a family no vendor rule
+    /// reprices (`policy::family`): on Anthropic's API, a model before the regional
+    /// premium (the tests of such rules name their own).
     fn dest(api: Api, cached: Option<&str>, write: Option<&str>) -> Destination {
         Destination {
             provider: ProviderId::new("p"),
             model: ModelName::new("m"),
-            upstream_model: "m".into(),
+            upstream_model: match api {
+                Api::Anthropic => "claude-sonnet-4-5".into(),
+                Api::Openai | Api::Gemini => "m".into(),
+            },
             api,
             jurisdiction: Jurisdiction::new("us"),
             tier: Tier::Account,
@@ -251,6 +291,7 @@ mod tests {
         reasoning: 0,
         tier: TierAsk::VendorPicks,
         cache_marked: false,
+        audio: false,
     };
 
     fn full(input: u64, cached: u64, write: u64, output: u64) -> Usage {
@@ -261,8 +302,10 @@ mod tests {
             output: Some(output),
             reasoning: None,
             cache_write_1h: Some(0),
+            audio_input: None,
             served_tier: None,
             unpriced: false,
+            geo: None,
         }
     }
 
@@ -468,6 +511,7 @@ mod tests {
             reasoning: 0,
             tier: TierAsk::VendorPicks,
             cache_marked: false,
+            audio: false,
         };
         // OpenAI and Gemini bill no cache writes: input at the input rate.
         assert_eq!(worst_case(&dest(Api::Openai, None, None), b), money("2"));
@@ -507,6 +551,7 @@ mod tests {
             reasoning: 0,
             tier: TierAsk::VendorPicks,
             cache_marked: false,
+            audio: false,
         };
         assert_eq!(
             worst_case(&dest(Api::Anthropic, None, None), out),
@@ -687,6 +732,105 @@ mod tests {
         assert_eq!(charge(&d, &no_output, b).cost, money("0.33768"));
     }
 
+    fn named(api: Api, upstream: &str) -> Destination {
+        Destination {
+            upstream_model: upstream.into(),
+            ..dest(api, None, None)
+        }
+    }
+
+    /// GPT-5.6 and later write their cache by themselves and bill the writes at 1.25×
+    /// input (OpenAI's prompt caching guide): bounded and charged so with no mark and
+    /// no listed rate; GPT-5.5 writes for free.
+    #[test]
+    fn gpt_5_6_writes_are_bounded_and_charged_at_a_quarter_over_input() {
+        let (new, old) = (
+            named(Api::Openai, "gpt-5.6-sol"),
+            named(Api::Openai, "gpt-5.5"),
+        );
+        let wc = crate::selection::worst_case;
+        assert_eq!(wc(&new, BOUNDS), money("0.0075"));
+        assert_eq!(wc(&old, BOUNDS), money("0.007"));
+        let u = full(1_000, 0, 400, 50);
+        let c = charge(&new, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0027"), CostBasis::Usage));
+        assert_eq!(charge(&old, &u, BOUNDS).cost, money("0.0025"));
+        // Not reported by a family that reports every write it bills: unknown, so the
+        // plain input is priced at the write rate, as a bound.
+        let unreported = Usage {
+            cache_write: None,
+            ..u
+        };
+        let c = charge(&new, &unreported, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.003"), CostBasis::WorstCase));
+        // A listed rate still wins over the published multiple.
+        let listed = Destination {
+            cache_write_per_mtok: Some(price("3")),
+            ..new
+        };
+        assert_eq!(charge(&listed, &u, BOUNDS).cost, money("0.0029"));
+    }
+
+    /// Claude Opus 4.6 and later may run where the workspace keeps it: at 1.1× every
+    /// rate in one region. The worst case carries the premium; the charge follows what
+    /// the answer says, and guesses it (estimated) when the answer says nothing.
+    #[test]
+    fn the_regional_premium_is_bounded_and_charged_where_the_answer_says_a_region() {
+        let (new, old) = (
+            named(Api::Anthropic, "claude-opus-4-6"),
+            named(Api::Anthropic, "claude-sonnet-4-5-20250929"),
+        );
+        let wc = crate::selection::worst_case;
+        // Anthropic bills writes: input at the 2× stand-in, then the premium.
+        assert_eq!(wc(&new, BOUNDS), money("0.0099"));
+        assert_eq!(wc(&old, BOUNDS), money("0.009"));
+        let at = |geo| Usage {
+            geo,
+            ..full(1_000, 0, 0, 50)
+        };
+        let c = |d: &Destination, geo| {
+            let c = charge(d, &at(geo), BOUNDS);
+            (c.cost, c.basis)
+        };
+        let region = Some(InferenceGeo::Region);
+        let anywhere = Some(InferenceGeo::Anywhere);
+        assert_eq!(c(&new, region), (money("0.00275"), CostBasis::Usage));
+        assert_eq!(c(&new, anywhere), (money("0.0025"), CostBasis::Usage));
+        assert_eq!(c(&new, None), (money("0.00275"), CostBasis::Estimated));
+        assert_eq!(c(&old, None), (money("0.0025"), CostBasis::Usage));
+        assert_eq!(c(&old, anywhere), (money("0.0025"), CostBasis::Usage));
+    }
+
+    /// Audio input at the entry's audio rate: every input token of a request that
+    /// sends audio is bounded at it, and the audio tokens an answer reports are charged
+    /// at it (without a listed rate, at the input rate, marked estimated).
+    #[test]
+    fn audio_input_is_bounded_and_charged_at_its_own_rate() {
+        let audio_model = Destination {
+            terms: ModelTerms {
+                audio_input_per_mtok: Some(price("40")),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Openai, None, None)
+        };
+        let with_audio = TokenBounds {
+            audio: true,
+            ..BOUNDS
+        };
+        let wc = crate::selection::worst_case;
+        assert_eq!(wc(&audio_model, with_audio), money("0.045"));
+        assert_eq!(wc(&audio_model, BOUNDS), money("0.007"));
+        let u = Usage {
+            audio_input: Some(600),
+            ..full(1_000, 0, 0, 50)
+        };
+        let c = charge(&audio_model, &u, with_audio);
+        assert_eq!((c.cost, c.basis), (money("0.0253"), CostBasis::Usage));
+        let unlisted = dest(Api::Openai, None, None);
+        let c = charge(&unlisted, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0025"), CostBasis::Estimated));
+    }
+
     #[test]
     fn basis_names_are_the_ledger_values() {
         assert_eq!(CostBasis::Usage.as_str(), "usage");
@@ -719,45 +863,67 @@ mod tests {
             proptest::option::of(rate()),
             proptest::option::of((0u64..3_000_000, any_rates())),
             proptest::option::of(any_rates()),
+            // Families whose names change the billing (`policy::family`), and one that
+            // names none.
+            prop_oneof![
+                Just("m"),
+                Just("gpt-5.6-sol"),
+                Just("gpt-5.5"),
+                Just("claude-opus-4-6"),
+                Just("claude-sonnet-4-5"),
+            ],
+            proptest::option::of(rate()),
         )
             .prop_map(
-                |(api, (input, output), cached, write, write_1h, long, priority)| Destination {
-                    input_per_mtok: input,
-                    output_per_mtok: output,
-                    cached_input_per_mtok: cached,
-                    cache_write_per_mtok: write,
-                    terms: ModelTerms {
-                        cache_write_1h_per_mtok: write_1h,
-                        long_context: long.map(|(above, rates)| LongContext {
-                            above_input_tokens: above,
-                            rates,
-                        }),
-                        service_tiers: priority
-                            .map(|r| (ServiceTier::Priority, r))
-                            .into_iter()
-                            .collect(),
-                        ..ModelTerms::default()
-                    },
-                    ..dest(api, None, None)
+                |(api, (input, output), cached, write, write_1h, long, priority, name, audio)| {
+                    Destination {
+                        upstream_model: name.into(),
+                        input_per_mtok: input,
+                        output_per_mtok: output,
+                        cached_input_per_mtok: cached,
+                        cache_write_per_mtok: write,
+                        terms: ModelTerms {
+                            cache_write_1h_per_mtok: write_1h,
+                            audio_input_per_mtok: audio,
+                            long_context: long.map(|(above, rates)| LongContext {
+                                above_input_tokens: above,
+                                rates,
+                            }),
+                            service_tiers: priority
+                                .map(|r| (ServiceTier::Priority, r))
+                                .into_iter()
+                                .collect(),
+                            ..ModelTerms::default()
+                        },
+                        ..dest(api, None, None)
+                    }
                 },
             )
     }
 
     /// Usage within the bounds: the parts fit in the input total, reasoning in the
-    /// output. Writes only where the API bills them, as the adapters report.
-    fn usage_within(writes: bool, b: TokenBounds) -> impl Strategy<Value = Usage> {
+    /// output. Writes only where the API bills them, as the adapters report; a region
+    /// said only where the model may be kept in one.
+    fn usage_within(writes: bool, regional: bool, b: TokenBounds) -> impl Strategy<Value = Usage> {
+        let audio = b.audio;
         (
             0..=b.input,
             // Output of all choices together is what the vendor reports.
             0..=b.total_output(),
-            any::<(u64, u64, u64)>(),
+            any::<(u64, u64, u64, u64)>(),
             any::<u8>(),
         )
-            .prop_map(move |(input, output, (r, w, t), mask)| {
+            .prop_map(move |(input, output, (r, w, t, a), mask)| {
                 let reads = r % (input + 1);
                 let written = if writes { w % (input - reads + 1) } else { 0 };
                 let thoughts = t % (output + 1);
                 let keep = |bit: u8, v: u64| (mask & (1 << bit) == 0).then_some(v);
+                let geo = match mask >> 6 {
+                    0 => None,
+                    1 => Some(InferenceGeo::Anywhere),
+                    _ if regional => Some(InferenceGeo::Region),
+                    _ => Some(InferenceGeo::Anywhere),
+                };
                 Usage {
                     input: keep(0, input),
                     cached_input: keep(1, reads),
@@ -765,8 +931,10 @@ mod tests {
                     output: keep(3, output),
                     reasoning: keep(4, thoughts),
                     cache_write_1h: keep(5, written / 2),
+                    audio_input: audio.then(|| a % (input - reads - written + 1)),
                     served_tier: None,
                     unpriced: false,
+                    geo,
                 }
             })
     }
@@ -777,10 +945,10 @@ mod tests {
             0u64..2_000_000,
             (0u64..200_000, 0u64..40_000),
             0u64..4,
-            (any::<bool>(), any::<bool>()),
+            (any::<bool>(), any::<bool>(), any::<bool>()),
         )
             .prop_flat_map(
-                |(d, input, (output, reasoning), choices, (priority, marked))| {
+                |(d, input, (output, reasoning), choices, (priority, marked, audio))| {
                     let b = TokenBounds {
                         input,
                         output,
@@ -794,10 +962,13 @@ mod tests {
                         },
                         // A request that asked for a cache write, or not.
                         cache_marked: marked,
+                        // Audio sent: bounded only where its rate is listed.
+                        audio: audio && d.terms.audio_input_per_mtok.is_some(),
                     };
                     // Writes reported whatever the destination: a compatible server may
                     // count them where none is billed (charged then as plain input).
-                    (Just(d), usage_within(true, b), Just(b))
+                    let regional = d.may_bill_regional_premium();
+                    (Just(d), usage_within(true, regional, b), Just(b))
                 },
             )
     }
@@ -825,7 +996,10 @@ mod tests {
             // Unreported writes where nothing asked for one and the API does not report
             // them whenever it bills them are a structural 0 (see `charge`): that reading
             // may be lower than a report, by design.
-            let structural = field == 2 && !b.cache_marked && d.api != Api::Anthropic;
+            let structural = field == 2
+                && !b.cache_marked
+                && d.api != Api::Anthropic
+                && !d.writes_cache_by_itself();
             let (before, after) = (charge(&d, &u, b), charge(&d, &less, b));
             prop_assert!(structural || after.cost >= before.cost, "{before:?} → {after:?}");
             // A missing total is always a bound. (A missing breakdown is priced as
@@ -845,8 +1019,10 @@ mod tests {
                 output: u.output.or(Some(0)),
                 reasoning: u.reasoning,
                 cache_write_1h: u.cache_write_1h.or(Some(0)),
+                audio_input: u.audio_input,
                 served_tier: None,
                 unpriced: false,
+                geo: u.geo,
             };
             prop_assert_ne!(charge(&d, &complete, b).basis, CostBasis::WorstCase);
         }

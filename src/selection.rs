@@ -29,6 +29,10 @@ pub struct TokenBounds {
     /// (`Applied::marked`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cache_marked: bool,
+    /// The body as sent carries audio, billed at the entry's audio rate
+    /// (`bound::sends_audio`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub audio: bool,
 }
 
 /// The service tier a request asks for (its `service_tier`).
@@ -68,12 +72,15 @@ impl TokenBounds {
     }
 
     /// The rates these bounds are proved at on `d`: the long-context tier the input
-    /// reaches, the service tier asked for, cache writes billable after a mark. The
-    /// worst case, its arithmetic and the clamp all read these, so none can leave the
-    /// mark out (the clamp once did).
+    /// reaches, the service tier asked for, cache writes billable after a mark, the
+    /// regional premium a vendor's account may pick unseen. The worst case, its
+    /// arithmetic and the clamp all read these, so none can leave the mark or the
+    /// premium out (the clamp once left the mark).
     pub fn rates(&self, d: &Destination) -> Applied {
         d.rates(self.input, self.tier_choice())
             .marked(self.cache_marked)
+            .with_audio(d.terms.audio_input_per_mtok.filter(|_| self.audio))
+            .regional(d.may_bill_regional_premium())
     }
 }
 
@@ -502,6 +509,7 @@ mod tests {
             reasoning: 0,
             tier: TierAsk::VendorPicks,
             cache_marked: false,
+            audio: false,
         }
     }
 
@@ -513,6 +521,7 @@ mod tests {
         let d = dest("a", Tier::Account, "1", "1", 128_000);
         let b = TokenBounds {
             cache_marked: true,
+            audio: false,
             ..one_choice(1_000, 5_000)
         };
         let ceiling: Money = "0.003".parse().unwrap();

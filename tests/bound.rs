@@ -458,25 +458,37 @@ async fn prices_the_vendor_bills_are_charged() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(attempt_cost(&g, &h).0, "0.00015");
 
-    // Anthropic's 1-hour cache writes at their rate: 10 × 3 + 1,000 × 6 + 5 × 15, per M.
-    g.vendors.script(
-        "an",
-        vec![Script::Status(
+    // Anthropic's 1-hour cache writes at their rate: 10 × 3 + 1,000 × 6 + 5 × 15, per M,
+    // where the answer says the inference ran anywhere (`global`); kept in one region
+    // (the workspace's default, which the request did not name), 1.1× that; not said,
+    // the premium too (the model may run where its workspace says), marked estimated.
+    let answer = |geo: Option<&str>| {
+        let mut usage = json!({"input_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 1000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1000},
+            "output_tokens": 5});
+        if let Some(geo) = geo {
+            usage["inference_geo"] = json!(geo);
+        }
+        Script::Status(
             200,
             json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "c1h",
-                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-                "usage": {"input_tokens": 10, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 1000,
-                    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1000},
-                    "output_tokens": 5}})
+                "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": usage})
             .to_string(),
-        )],
+        )
+    };
+    g.vendors.script(
+        "an",
+        vec![answer(Some("global")), answer(Some("us")), answer(None)],
     );
-    let (status, v, h) = post(&g, HARD, ask("c1h", json!("hi"), json!({}))).await;
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(
-        attempt_cost(&g, &h),
-        ("0.006105".into(), Some("usage".into()))
-    );
+    for want in [
+        ("0.006105", "usage"),
+        ("0.0067155", "usage"),
+        ("0.0067155", "estimated"),
+    ] {
+        let (status, v, h) = post(&g, HARD, ask("c1h", json!("hi"), json!({}))).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(attempt_cost(&g, &h), (want.0.into(), Some(want.1.into())));
+    }
     settle(&g).await;
 }
 

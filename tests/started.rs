@@ -215,7 +215,7 @@ async fn reasoning_then_an_error_event_is_started_and_stops_a_hard_request() {
     g.vendors.script(
         "an",
         vec![Script::StreamPieces(named_sse(&[
-            ("message_start", json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "output_tokens": 1}}})),
+            ("message_start", json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "output_tokens": 1, "inference_geo": "global"}}})),
             ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})),
             ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Considering"}})),
             ("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
@@ -271,7 +271,7 @@ async fn a_content_filter_after_content_is_forwarded_and_billed_at_usage() {
             named_sse(&[
                 (
                     "message_start",
-                    json!({"type": "message_start", "message": {"id": "msg_f", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+                    json!({"type": "message_start", "message": {"id": "msg_f", "type": "message", "role": "assistant", "model": "c", "content": [], "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1, "inference_geo": "global"}}}),
                 ),
                 (
                     "content_block_start",

@@ -258,7 +258,8 @@ async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
     // The same request to `a` (cache writes listed at 3.75, 1-hour ones at 4.5) and to
     // `x` (no rate: 2 × 3): their worst cases differ by the input bound × (6 − 4.5),
     // which pins the bound, and each prices it at its dearest cache-write rate, not at
-    // the input rate of 3.
+    // the input rate of 3. (Their model ids are no Claude of a generation before the
+    // regional premium, so each rate is at 1.1×: `policy::family`.)
     let g = gateway().await;
     let mut worst = Vec::new();
     for (model, provider) in [("a", "an"), ("x", "ax")] {
@@ -270,15 +271,15 @@ async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
         assert_eq!(money(&r["worst_case"]), money(&a["worst_case"]));
         worst.push(money(&a["worst_case"]));
     }
-    let per_token =
-        (worst[1].decimal() - worst[0].decimal()) / "1.5".parse::<rust_decimal::Decimal>().unwrap();
+    let per_token = (worst[1].decimal() - worst[0].decimal())
+        / "1.65".parse::<rust_decimal::Decimal>().unwrap();
     let input = u64::try_from(per_token * rust_decimal::Decimal::from(1_000_000)).unwrap();
     assert!(
         input >= 6000,
         "the input bound covers the 6000 bytes sent: {input}"
     );
-    assert_eq!(worst[0], cost(&[(input, "4.5"), (1000, "15")]));
-    assert_eq!(worst[1], cost(&[(input, "6"), (1000, "15")]));
+    assert_eq!(worst[0], cost(&[(input, "4.95"), (1000, "16.5")]));
+    assert_eq!(worst[1], cost(&[(input, "6.6"), (1000, "16.5")]));
 }
 
 #[test]
@@ -311,4 +312,110 @@ fn cache_rates_compile_and_a_malformed_one_is_an_error() {
             "{bad}: {text}"
         );
     }
+}
+
+/// Two classes vendors bill above plain input, over HTTP to the ledger: GPT-5.6's cache
+/// writes, which it makes by itself (no mark, no listed rate: at 1.25× input), and
+/// audio input at the entry's audio rate. An audio part to an entry without that rate
+/// is refused under a hard ceiling, naming the part.
+#[tokio::test]
+async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
+    let g = common::start(|v| {
+        vec![
+            provider(v, "o56", "openai", "gpt-5.6-sol", [Some("2"), Some("10"), None, None]),
+            provider(v, "au", "openai", "gpt-audio", [Some("2"), Some("10"), None, None])
+                + "    audio_input_per_mtok: \"40\"\n    media_tokens: { audio: 1000 }\n",
+            provider(v, "an", "openai", "gpt-audio-unpriced", [Some("2"), Some("10"), None, None])
+                + "    media_tokens: { audio: 1000 }\n",
+            format!(
+                "kind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [gpt-5.6-sol, gpt-audio, gpt-audio-unpriced]\njurisdictions: [us]\nceiling: {{ per_request: \"1\", mode: hard }}\nmax_output_tokens: 100\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await;
+    let answer = |details: Value, prompt: u64| {
+        Script::Status(
+            200,
+            json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": 100, "total_tokens": prompt + 100,
+                          "prompt_tokens_details": details}})
+            .to_string(),
+        )
+    };
+    let post = |model: &str, content: Value| {
+        reqwest::Client::new()
+            .post(g.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": content}]}))
+            .send()
+    };
+    let text = json!("x".repeat(6000));
+    g.vendors.script(
+        "o56",
+        vec![answer(
+            json!({"cached_tokens": 0, "cache_write_tokens": 2000}),
+            3000,
+        )],
+    );
+    let r = post("gpt-5.6-sol", text).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-purser-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let a = attempt(&g, &id).await;
+    // 1,000 plain × 2 + 2,000 written × 2.5 + 100 out × 10, per M; the proof priced
+    // every input token at the write rate.
+    assert_eq!(
+        money(&a["cost"]),
+        cost(&[(1000, "2"), (2000, "2.5"), (100, "10")]),
+        "{a}"
+    );
+    assert_eq!(a["cost_basis"], "usage", "{a}");
+    assert_eq!(a["cache_write_tokens"], 2000, "{a}");
+
+    let audio = json!([{"type": "text", "text": "transcribe"},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]);
+    g.vendors.script(
+        "au",
+        vec![answer(
+            json!({"cached_tokens": 0, "audio_tokens": 1000}),
+            1200,
+        )],
+    );
+    let r = post("gpt-audio", audio.clone()).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-purser-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let a = attempt(&g, &id).await;
+    assert_eq!(
+        money(&a["cost"]),
+        cost(&[(200, "2"), (1000, "40"), (100, "10")]),
+        "{a}"
+    );
+    assert_eq!(a["cost_basis"], "usage", "{a}");
+    // The worst case prices every input token at the audio rate.
+    assert!(
+        money(&a["worst_case"]) >= cost(&[(1000, "40"), (100, "10")]),
+        "{a}"
+    );
+
+    let r = post("gpt-audio-unpriced", audio).await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "messages[0].content[1]", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("audio_input_per_mtok"),
+        "{v}"
+    );
+    assert!(g.vendors.sent("an").is_empty());
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["o56", "au", "an"]).await;
 }

@@ -140,6 +140,7 @@ fn imagined_bounds(
             choices: req.choices.max(1),
             tier: TierAsk::VendorPicks,
             cache_marked: crate::upstream::bound::cache_marked(d, body),
+            audio: crate::upstream::bound::sends_audio(d, body),
         });
     }
     let tools = u64::from(req.fields.iter().any(|f| f == "tools" || f == "functions"));
@@ -148,6 +149,13 @@ fn imagined_bounds(
         .saturating_add(req.messages.saturating_mul(overhead(d.api, Per::Message)))
         .saturating_add(overhead(d.api, Per::Request))
         .saturating_add(tools * (overhead(d.api, Per::Tool) + overhead(d.api, Per::ToolUsePrompt)));
+    let audio = req.parts.contains(&MediaKind::Audio);
+    if audio && strict && d.terms.audio_input_per_mtok.is_none() {
+        return Err(Unbounded {
+            param: "audio part".into(),
+            what: "billed at the model's audio rate, which its entry does not declare (`audio_input_per_mtok`)".into(),
+        });
+    }
     for (i, k) in req.parts.iter().enumerate() {
         let t = match (d.terms.media_tokens.get(*k), strict) {
             (Some(t), _) => t,
@@ -172,6 +180,7 @@ fn imagined_bounds(
         tier: TierAsk::VendorPicks,
         // Counted from sizes only: no body to look for marks in.
         cache_marked: false,
+        audio: audio && d.terms.audio_input_per_mtok.is_some(),
     })
 }
 

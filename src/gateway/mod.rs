@@ -928,6 +928,7 @@ impl Engine {
                 choices: parsed.choices,
                 tier: parsed.tier,
                 cache_marked: crate::upstream::bound::cache_marked_for(d, marked),
+                audio: crate::upstream::bound::sends_audio(d, req),
             })
         };
         selection::select(route, &policy.ceiling, bounds_of, |d| {

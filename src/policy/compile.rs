@@ -621,9 +621,14 @@ fn terms(
         .cache_write_1h_per_mtok
         .as_ref()
         .and_then(|t| price(format!("{base}/cache_write_1h_per_mtok"), t));
+    let audio_rate = m
+        .audio_input_per_mtok
+        .as_ref()
+        .and_then(|t| price(format!("{base}/audio_input_per_mtok"), t));
     let media = m.media_tokens.unwrap_or_default();
     ok.then_some(ModelTerms {
         cache_write_1h_per_mtok: write_1h,
+        audio_input_per_mtok: audio_rate,
         cap_field: m.cap_field,
         reasoning_budget: m.reasoning_budget,
         media_tokens: MediaTokens {

@@ -3,6 +3,7 @@
 pub mod compile;
 pub mod diagnostic;
 pub mod diff;
+pub mod family;
 pub mod plan;
 pub mod raw;
 pub mod render;

@@ -158,6 +158,10 @@ pub struct ModelTerms {
     pub reasoning_budget: Option<u64>,
     #[serde(skip_serializing_if = "MediaTokens::is_empty")]
     pub media_tokens: MediaTokens,
+    /// Audio input tokens' own rate: without it an audio part has no bound, since
+    /// vendors bill audio above text (OpenAI's audio models 16×, Gemini 2.5 Flash 3.3×).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audio_input_per_mtok: Option<PricePerMTok>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub long_context: Option<LongContext>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -361,6 +365,8 @@ pub struct Applied {
     pub write_1h: Rate,
     pub bills_writes: bool,
     pub bills_1h_writes: bool,
+    /// Audio input, where the request sends audio (`Applied::with_audio`).
+    pub audio: Option<PricePerMTok>,
     /// False when the tier billed has no rates in the table (a stand-in was used).
     pub listed: bool,
 }
@@ -379,9 +385,41 @@ impl Applied {
         }
     }
 
+    /// The same rates, every one at the regional premium where `premium`: a call whose
+    /// inference its vendor kept in one region (`Destination::may_bill_regional_premium`)
+    /// is billed at that multiple of every rate, cache reads and writes included.
+    pub fn regional(self, premium: bool) -> Applied {
+        if !premium {
+            return self;
+        }
+        let up = |r: PricePerMTok| percent_of(r, super::family::REGIONAL_PERCENT);
+        let up_rate = |r: Rate| Rate {
+            per_mtok: up(r.per_mtok),
+            ..r
+        };
+        Applied {
+            input: up(self.input),
+            output: up(self.output),
+            cached: up_rate(self.cached),
+            write: up_rate(self.write),
+            write_1h: up_rate(self.write_1h),
+            audio: self.audio.map(up),
+            ..self
+        }
+    }
+
+    /// The same rates for a request that sends audio, billed at the entry's audio
+    /// rate (`audio`, `None` where it sends none).
+    pub fn with_audio(self, audio: Option<PricePerMTok>) -> Applied {
+        Applied { audio, ..self }
+    }
+
     /// The most one input token can cost: whatever class it is billed in.
     pub fn input_ceiling(&self) -> PricePerMTok {
         let mut top = self.input.max(self.cached.per_mtok);
+        if let Some(a) = self.audio {
+            top = top.max(a);
+        }
         if self.bills_writes {
             top = top.max(self.write.per_mtok);
         }
@@ -413,22 +451,22 @@ fn write_fallback(input: PricePerMTok) -> Rate {
     }
 }
 
+/// `rate` × `pct` / 100, exactly (saturating at the largest amount).
+fn percent_of(rate: PricePerMTok, pct: u32) -> PricePerMTok {
+    let v = rate.per_million().decimal();
+    PricePerMTok::new(
+        v.checked_mul(pct.into())
+            .map(|x| x / rust_decimal::Decimal::ONE_HUNDRED)
+            .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new),
+    )
+}
+
 fn times(rate: PricePerMTok, k: u32) -> PricePerMTok {
     let v = rate.per_million().decimal();
     PricePerMTok::new(
         v.checked_mul(k.into())
             .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new),
     )
-}
-
-/// A model id as its family patterns read it: lower case, without a vendor prefix
-/// (`openai/o3-mini` on a relay is `o3-mini`).
-fn family_name(upstream: &str) -> String {
-    upstream
-        .rsplit('/')
-        .next()
-        .unwrap_or(upstream)
-        .to_ascii_lowercase()
 }
 
 impl Destination {
@@ -451,24 +489,54 @@ impl Destination {
         }
     }
 
-    /// Cache writes: the listed rate, else `CACHE_WRITE_FALLBACK_MULTIPLIER` × input.
+    /// Cache writes: the listed rate, else `write_default` of the input rate.
     pub fn cache_write_rate(&self) -> Rate {
         match self.cache_write_per_mtok {
             Some(r) => Rate {
                 per_mtok: r,
                 listed: true,
             },
-            None => write_fallback(self.input_per_mtok),
+            None => self.write_default(self.input_per_mtok),
         }
     }
 
-    /// Whether any call to this destination can be billed for cache writes. Only
-    /// Anthropic's Messages API bills them per call whatever is sent; OpenAI writes its
-    /// cache for free and Gemini bills cache storage by the hour, outside any call. A
-    /// listed rate counts whatever the API, since someone priced it for a reason. Any
-    /// other API bills them when the request asks for them (`Applied::marked`).
+    /// A write rate the entry does not list, for input at `input`: the multiple its
+    /// vendor publishes where the family writes its cache by itself (1.25×, a known
+    /// rate), else the conservative `CACHE_WRITE_FALLBACK_MULTIPLIER` (a stand-in).
+    fn write_default(&self, input: PricePerMTok) -> Rate {
+        if self.writes_cache_by_itself() {
+            Rate {
+                per_mtok: percent_of(input, super::family::SELF_WRITE_PERCENT),
+                listed: true,
+            }
+        } else {
+            write_fallback(input)
+        }
+    }
+
+    /// Whether any call to this destination can be billed for cache writes whatever
+    /// the request sends: Anthropic's Messages API; OpenAI's models from GPT-5.6 on,
+    /// which write their cache by themselves (`family::writes_cache_by_itself`); any
+    /// entry listing a write rate, since someone priced it for a reason. Earlier OpenAI
+    /// models write for free, and Gemini bills cache storage by the hour, outside any
+    /// call. Any other API bills them when the request asks for them
+    /// (`Applied::marked`).
     pub fn bills_cache_writes(&self) -> bool {
-        self.cache_write_per_mtok.is_some() || self.api == Api::Anthropic
+        self.cache_write_per_mtok.is_some()
+            || self.api == Api::Anthropic
+            || self.writes_cache_by_itself()
+    }
+
+    /// An OpenAI-API model of a family that writes its prompt cache by itself and bills
+    /// the writes, reported whenever billed (`family::writes_cache_by_itself`).
+    pub fn writes_cache_by_itself(&self) -> bool {
+        self.api == Api::Openai && super::family::writes_cache_by_itself(&self.upstream_model)
+    }
+
+    /// An Anthropic-API model whose workspace may keep its inference in one region, at
+    /// a premium on every rate (`family::may_bill_regional_premium`).
+    pub fn may_bill_regional_premium(&self) -> bool {
+        self.api == Api::Anthropic && super::family::may_bill_regional_premium(&self.upstream_model)
     }
 
     /// Whether any call here can be billed for 1-hour cache writes: Anthropic's, or any
@@ -542,7 +610,7 @@ impl Destination {
             }
         }
         let at_base = r == base;
-        let fallback = write_fallback(r.input_per_mtok);
+        let fallback = self.write_default(r.input_per_mtok);
         // The write rates at the base rates: listed, else the fallback multiple.
         let base_write = self.cache_write_rate();
         let base_write_1h = match self.terms.cache_write_1h_per_mtok {
@@ -558,7 +626,9 @@ impl Destination {
         // above twice the long-context input rate would otherwise have).
         let off_base = |at: Rate| Rate {
             per_mtok: fallback.per_mtok.max(at.per_mtok),
-            listed: false,
+            // Known only where both are: a family's published multiple, over a base
+            // rate that is listed or that same multiple.
+            listed: fallback.listed && at.listed,
         };
         let (write, write_1h) = if at_base {
             (base_write, base_write_1h)
@@ -583,6 +653,7 @@ impl Destination {
             write_1h,
             bills_writes: self.bills_cache_writes(),
             bills_1h_writes: self.bills_1h_cache_writes(),
+            audio: None,
             listed,
         }
     }
@@ -596,7 +667,7 @@ impl Destination {
         if let Some(f) = self.terms.cap_field {
             return f;
         }
-        let name = family_name(&self.upstream_model);
+        let name = super::family::family_name(&self.upstream_model);
         let mut chars = name.chars();
         let o_digit = chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit());
         let gpt_major = name
@@ -628,7 +699,7 @@ impl Destination {
         if self.terms.reasoning_budget.is_some() {
             return self.terms.reasoning_budget;
         }
-        let name = family_name(&self.upstream_model);
+        let name = super::family::family_name(&self.upstream_model);
         if name.starts_with("deepseek-reasoner") || name.starts_with("deepseek-r1") {
             return Some(32_768);
         }

@@ -93,6 +93,8 @@ pub struct RawModel {
     pub reasoning_budget: Option<u64>,
     /// Declared token bounds of parts whose tokens cannot be bounded from their bytes.
     pub media_tokens: Option<RawMediaTokens>,
+    /// Audio input tokens' own rate (OpenAI's audio models, Gemini).
+    pub audio_input_per_mtok: Option<String>,
     /// Dearer rates above an input size (Gemini 2.5 Pro above 200k input).
     pub long_context: Option<RawLongContext>,
     /// Rates of the vendor's service tiers (OpenAI `service_tier`: priority, flex).

@@ -558,6 +558,7 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
             tier: TierAsk::VendorPicks,
             // Nor are cache marks: the rates of a request that asked for no write.
             cache_marked: false,
+            audio: false,
         })
     };
     match selection::select(route, &policy.ceiling, bounds_of, |_| false) {

@@ -5,8 +5,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    ChatRequest, Part, Prepared, Speaker, Turn, Usage, completion, count, data_url, stop_sequences,
-    turns,
+    ChatRequest, InferenceGeo, Part, Prepared, Speaker, Turn, Usage, completion, count, data_url,
+    stop_sequences, turns,
 };
 use crate::ingress::Ingress;
 use crate::policy::plan::{Destination, EndpointPath, Endpoints};
@@ -264,6 +264,7 @@ pub fn usage(u: &Value) -> Usage {
             output: add(a.output, b.output),
             cache_write_1h: add(a.cache_write_1h, b.cache_write_1h),
             unpriced: a.unpriced || b.unpriced,
+            geo: a.geo.max(b.geo),
             ..Usage::default()
         });
     top.largest(sum)
@@ -301,11 +302,24 @@ fn one_usage(u: &Value) -> Usage {
         reasoning: None,
         // The split of writes by cache lifetime, where the answer gives it.
         cache_write_1h: long,
+        audio_input: None,
         served_tier: None,
         // Server tools (web search, web fetch) bill per request beyond tokens.
         unpriced: u
             .get("server_tool_use")
             .and_then(Value::as_object)
             .is_some_and(|o| o.values().any(|v| v.as_u64().is_some_and(|n| n > 0))),
+        geo: u.get("inference_geo").and_then(geo),
+    }
+}
+
+/// Where an answer's `usage.inference_geo` says its inference ran: `global` (the
+/// vendor chose) and `not_available` (a model without the choice) at the listed rates;
+/// any region it names (`us`, and one added later) at the regional premium.
+pub fn geo(v: &Value) -> Option<InferenceGeo> {
+    match v.as_str()? {
+        "global" | "not_available" => Some(InferenceGeo::Anywhere),
+        "" => None,
+        _ => Some(InferenceGeo::Region),
     }
 }

@@ -399,6 +399,27 @@ fn is_data(k: &str) -> bool {
     )
 }
 
+/// The media parts of `req` as `api` receives them.
+fn media_sent(api: Api, req: &ChatRequest) -> Vec<Media> {
+    match req.ingress {
+        Ingress::Messages => native_media_parts(&req.body),
+        Ingress::Responses => responses_media_parts(&req.body),
+        Ingress::Chat => media_parts(api, &req.body),
+    }
+}
+
+/// An audio part, or one of a kind purser cannot tell, which may be one.
+fn may_be_audio(m: &Media) -> bool {
+    matches!(m.kind, Some(MediaKind::Audio) | None)
+}
+
+/// Whether `req` sends `dest` a part that may be billed at the audio rate: its input
+/// is then bounded at that rate too (`TokenBounds::audio`). Walked only for an entry
+/// that lists the rate (elsewhere such a part is refused under a proof).
+pub fn sends_audio(dest: &Destination, req: &ChatRequest) -> bool {
+    dest.terms.audio_input_per_mtok.is_some() && media_sent(dest.api, req).iter().any(may_be_audio)
+}
+
 /// The input-token bound of sending `req` to `dest`: the translated body's bytes
 /// (media parts excluded), each media part at its declared bound, and the overheads.
 pub fn input_tokens(
@@ -408,12 +429,19 @@ pub fn input_tokens(
 ) -> Result<u64, Unbounded> {
     let api = dest.api;
     let mut media_tokens = 0u64;
-    let media = match req.ingress {
-        Ingress::Messages => native_media_parts(&req.body),
-        Ingress::Responses => responses_media_parts(&req.body),
-        Ingress::Chat => media_parts(api, &req.body),
-    };
-    for m in media {
+    for m in media_sent(api, req) {
+        // Audio is billed at a rate of its own, above text: without it in the table no
+        // count of audio tokens bounds the cost (a part of a kind purser cannot tell
+        // may be audio).
+        if may_be_audio(&m)
+            && undeclared == Undeclared::Refuse
+            && dest.terms.audio_input_per_mtok.is_none()
+        {
+            return Err(Unbounded {
+                what: "an audio part (or one that may be audio) is billed at the model's audio rate, which its entry does not declare (`audio_input_per_mtok`)".into(),
+                param: m.param,
+            });
+        }
         let declared = dest.terms.media_tokens.bound(m.kind);
         let tokens = match (declared, undeclared) {
             (Some(t), _) => t,
@@ -1076,6 +1104,50 @@ mod tests {
         );
         let declared = input_tokens(&files, &req(body), Undeclared::Refuse).unwrap();
         assert_eq!(declared, soft - 1_600 + 50_000);
+    }
+
+    /// Audio is billed at a rate of its own (OpenAI's audio models 16× text): a
+    /// declared count of its tokens is no bound without that rate, so under a proof an
+    /// audio part (or a part that may be audio) is refused until the entry lists
+    /// `audio_input_per_mtok`, and with it the request's input is bounded at that rate.
+    #[test]
+    fn audio_needs_its_rate_as_well_as_its_tokens() {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "transcribe"},
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]});
+        let tokens = MediaTokens {
+            audio: Some(10_000),
+            ..MediaTokens::default()
+        };
+        let counted = dest(Api::Openai, tokens);
+        let e = input_tokens(&counted, &req(body.clone()), Undeclared::Refuse).unwrap_err();
+        assert_eq!(e.param, "messages[0].content[1]");
+        assert!(e.what.contains("audio_input_per_mtok"), "{}", e.what);
+        assert!(!sends_audio(&counted, &req(body.clone())));
+        // Where no proof is needed the stand-in still counts it.
+        assert!(input_tokens(&counted, &req(body.clone()), Undeclared::StandIn(1)).is_ok());
+        let mut priced = counted.clone();
+        priced.terms.audio_input_per_mtok = Some(PricePerMTok::new("40".parse().unwrap()));
+        let n = input_tokens(&priced, &req(body.clone()), Undeclared::Refuse).unwrap();
+        assert!(n > 10_000, "{n}");
+        assert!(sends_audio(&priced, &req(body.clone())));
+        let text = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        assert!(!sends_audio(&priced, &req(text)));
+        // On Gemini a URL of unknown type may be audio: refused without the rate even
+        // with every kind's count declared.
+        let any = MediaTokens {
+            image: Some(1),
+            audio: Some(1),
+            video: Some(1),
+            file: Some(1),
+        };
+        let url = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://x/blob"}}]}]});
+        let gemini = dest(Api::Gemini, any);
+        assert!(input_tokens(&gemini, &req(url.clone()), Undeclared::Refuse).is_err());
+        let mut gemini_priced = gemini.clone();
+        gemini_priced.terms.audio_input_per_mtok = Some(PricePerMTok::new("1".parse().unwrap()));
+        assert!(input_tokens(&gemini_priced, &req(url), Undeclared::Refuse).is_ok());
     }
 
     /// A computer-use screenshot returned as a Responses input item is billed as an

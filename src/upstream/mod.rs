@@ -273,6 +273,9 @@ pub struct Usage {
     pub output: Option<u64>,
     /// Of `output`, reasoning or thought tokens (same rate; shown to the client).
     pub reasoning: Option<u64>,
+    /// Of `input`, audio tokens (OpenAI's `audio_tokens`, Gemini's `AUDIO` modality):
+    /// billed at the entry's audio rate.
+    pub audio_input: Option<u64>,
     /// Of `cache_write`, written to Anthropic's 1-hour cache (dearer than the
     /// 5-minute one). `None` where the vendor did not break writes down: priced at the
     /// dearer rate where the destination bills 1-hour writes.
@@ -284,6 +287,20 @@ pub struct Usage {
     /// image tokens, predicted-output tokens, per-call server tools): priced at the
     /// rates it has, and marked `estimated`.
     pub unpriced: bool,
+    /// Where the answer says its inference ran, where that sets the price (Anthropic's
+    /// `usage.inference_geo`). `None`: not said.
+    pub geo: Option<InferenceGeo>,
+}
+
+/// Where an answer says its inference ran, as its price reads it. Ordered: a reading
+/// of one region outranks one of anywhere (`Usage::largest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum InferenceGeo {
+    /// Wherever the vendor chose (`global`), or a model with no such choice
+    /// (`not_available`): the listed rates.
+    Anywhere,
+    /// Kept in one region (`us`, or any other named): the regional premium.
+    Region,
 }
 
 /// A response the vendor stored for a later turn to continue from (OpenAI Responses
@@ -356,8 +373,10 @@ impl Usage {
             output: largest([self.output, other.output]),
             reasoning: largest([self.reasoning, other.reasoning]),
             cache_write_1h: largest([self.cache_write_1h, other.cache_write_1h]),
+            audio_input: largest([self.audio_input, other.audio_input]),
             served_tier: other.served_tier.or(self.served_tier),
             unpriced: self.unpriced || other.unpriced,
+            geo: self.geo.max(other.geo),
         }
     }
 

@@ -196,9 +196,8 @@ pub fn served_tier(body: &Value) -> Option<super::ServedTier> {
 /// from, and each figure taken at the larger: the names do not overlap, and a body
 /// whose shape is not the one the request's API implies (an error body of a Responses
 /// call, a relay that answers in the other dialect) still has its usage priced. A
-/// non-zero count of any class in the `_details` purser does not price apart
-/// (`cache_write_tokens`, which the Responses API now reports, or one added later)
-/// marks the cost estimated.
+/// non-zero count of any class in the `_details` purser does not price apart (image
+/// tokens, or a class added later) marks the cost estimated.
 pub fn usage_block(u: &Value) -> Usage {
     read(u, &CHAT).largest(read(u, &RESPONSES))
 }
@@ -272,6 +271,8 @@ fn read(u: &Value, names: &Names) -> Usage {
         output: super::largest([count(u, names.output), from_total])
             .map(|o| o.max(reasoning.unwrap_or(0))),
         reasoning,
+        // Audio input, billed at its own rate where the entry lists one.
+        audio_input: count(u, &format!("/{}/audio_tokens", names.details[0])),
         unpriced: unpriced_in(u, names.details),
         ..Usage::default()
     }
@@ -281,12 +282,23 @@ fn read(u: &Value, names: &Names) -> Usage {
 /// apart (anything in the named `_details` but cached and reasoning tokens): a rule,
 /// so a class OpenAI adds next is caught too.
 fn unpriced_in(u: &Value, details: [&str; 2]) -> bool {
-    details
-        .iter()
-        .filter_map(|d| u.get(*d).and_then(Value::as_object))
-        .flatten()
-        .any(|(k, v)| {
-            !matches!(k.as_str(), "cached_tokens" | "reasoning_tokens")
-                && v.as_u64().is_some_and(|n| n > 0)
-        })
+    // The classes `pricing::charge` prices apart: input's cache reads, cache writes
+    // (where the destination bills them; elsewhere free, so plain input) and audio (at
+    // the entry's audio rate, or marked estimated there); output's reasoning.
+    let priced: [&[&str]; 2] = [
+        &[
+            "cached_tokens",
+            "cache_write_tokens",
+            "cache_creation_input_tokens",
+            "audio_tokens",
+        ],
+        &["reasoning_tokens"],
+    ];
+    details.iter().zip(priced).any(|(d, priced)| {
+        u.get(*d)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .any(|(k, v)| !priced.contains(&k.as_str()) && v.as_u64().is_some_and(|n| n > 0))
+    })
 }

@@ -133,8 +133,12 @@ pub struct ChunkTranslator {
     usage: Usage,
     /// OpenAI: a usage block arrived with or after the finish reason. Earlier blocks
     /// are running counts (`stream_options.continuous_usage_stats`, a relay's early
-    /// usage-only chunk), whose output is no receipt until the stream ends whole.
+    /// usage-only chunk), whose output is no receipt until the stream ends whole with
+    /// no output after the last of them.
     openai_usage_final: bool,
+    /// OpenAI: output arrived after the last usage block (or before any): that block
+    /// did not count it, so it is no receipt even once the stream ends whole.
+    openai_output_after_usage: bool,
     /// Anthropic: `message_start`'s usage with each `message_delta`'s laid over it
     /// (the delta's counts are cumulative and final; newer API versions repeat the
     /// input counts there too).
@@ -198,6 +202,7 @@ impl ChunkTranslator {
             created: time::OffsetDateTime::now_utc().unix_timestamp(),
             usage: Usage::default(),
             openai_usage_final: false,
+            openai_output_after_usage: false,
             anthropic_usage: serde_json::Map::new(),
             anthropic_output_final: false,
             gemini_usage: None,
@@ -252,7 +257,11 @@ impl ChunkTranslator {
         match self.api {
             // Final once it came with or after the finish reason, or once the stream
             // ended whole (`[DONE]`) after it.
-            Api::Openai if self.openai_usage_final || self.ended => self.usage,
+            Api::Openai
+                if self.openai_usage_final || (self.ended && !self.openai_output_after_usage) =>
+            {
+                self.usage
+            }
             // Only running counts so far: the output is not known.
             Api::Openai => Usage {
                 output: None,
@@ -329,13 +338,15 @@ impl ChunkTranslator {
                     .is_some_and(|f| !f.is_null());
             self.openai_usage_final |= closes;
         }
-        if choices.into_iter().flatten().any(|c| {
+        let output = choices.into_iter().flatten().any(|c| {
             c.get("delta")
                 .or_else(|| c.get("message"))
                 .is_some_and(carries_output)
-        }) {
-            self.generated = true;
-        }
+        });
+        self.generated |= output;
+        // A chunk's own usage counts its own output (running counts are cumulative).
+        let counted = v.get("usage").is_some_and(|u| !u.is_null());
+        self.openai_output_after_usage = (self.openai_output_after_usage || output) && !counted;
         if choices.is_none_or(|c| c.is_empty()) {
             // The usage-only chunk: re-emitted last by `finish`, with the cost.
             return vec![];
@@ -479,6 +490,14 @@ impl ChunkTranslator {
                 }
                 (Value::Object(_), None) if k == "cache_creation" => {
                     self.anthropic_usage.insert(k.clone(), n.clone());
+                }
+                // Where the inference ran, at its dearest reading: a region said once
+                // (`message_start`) is not undone by a later `global`.
+                (Value::String(_), old) if k == "inference_geo" => {
+                    let geo = super::anthropic::geo;
+                    if geo(n) > old.and_then(|o| geo(o)) {
+                        self.anthropic_usage.insert(k.clone(), n.clone());
+                    }
                 }
                 // Compaction passes: the report listing more of them is kept (a later,
                 // shorter repeat never drops a billed pass). `usage()` sums them.

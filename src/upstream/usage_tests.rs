@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::stream::{ChunkTranslator, SseDecoder, SseEvent};
-use super::{Usage, translate};
+use super::{InferenceGeo, Usage, translate};
 use crate::ids::{Jurisdiction, ModelName, ProviderId};
 use crate::money::PricePerMTok;
 use crate::policy::plan::{Api, Destination, Tier};
@@ -47,6 +47,9 @@ fn usage(input: u64, cached: u64, write: u64, output: u64, reasoning: Option<u64
     }
 }
 
+/// Where Anthropic's fixtures say their inference ran (`global`).
+const ANYWHERE: Option<InferenceGeo> = Some(InferenceGeo::Anywhere);
+
 fn events(sse: &str) -> Vec<SseEvent> {
     let mut d = SseDecoder::default();
     let mut out = d.push(sse.as_bytes()).unwrap();
@@ -80,6 +83,7 @@ fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
         Usage {
             served_tier: Some(super::ServedTier::Standard),
             cache_write: None,
+            audio_input: Some(0),
             ..usage(2000, 1536, 0, 300, Some(256))
         }
     );
@@ -89,6 +93,7 @@ fn openai_cached_and_reasoning_tokens_are_parts_of_the_totals() {
         Usage {
             served_tier: Some(super::ServedTier::Standard),
             cache_write: None,
+            audio_input: Some(0),
             ..usage(12, 0, 0, 8, Some(0))
         }
     );
@@ -136,11 +141,13 @@ fn missing_usage_is_not_zero_usage() {
 #[test]
 fn anthropic_cache_reads_and_writes_are_added_to_input_tokens() {
     let (client, u) = client_usage(Api::Anthropic, fixture!("anthropic-cache.json"));
-    // The fixture splits writes by lifetime: none of them 1-hour.
+    // The fixture splits writes by lifetime: none of them 1-hour. Its inference ran
+    // anywhere (`global`), as every fixture of Anthropic's says.
     assert_eq!(
         u,
         Usage {
             cache_write_1h: Some(0),
+            geo: ANYWHERE,
             ..usage(4012, 3000, 1000, 8, None)
         }
     );
@@ -150,7 +157,13 @@ fn anthropic_cache_reads_and_writes_are_added_to_input_tokens() {
                "prompt_tokens_details": {"cached_tokens": 3000}})
     );
     let (_, u) = client_usage(Api::Anthropic, fixture!("anthropic.json"));
-    assert_eq!(u, usage(12, 0, 0, 8, None));
+    assert_eq!(
+        u,
+        Usage {
+            geo: ANYWHERE,
+            ..usage(12, 0, 0, 8, None)
+        }
+    );
 }
 
 #[test]
@@ -231,13 +244,17 @@ fn streams_report_the_same_usage_as_plain_answers() {
             fixture!("openai-usage-detail.sse"),
             Usage {
                 cache_write: None,
+                audio_input: Some(0),
                 ..usage(2000, 1536, 0, 300, Some(256))
             },
         ),
         (
             Api::Anthropic,
             fixture!("anthropic.sse"),
-            usage(12, 0, 0, 8, None),
+            Usage {
+                geo: ANYWHERE,
+                ..usage(12, 0, 0, 8, None)
+            },
         ),
         (
             Api::Anthropic,
@@ -245,6 +262,7 @@ fn streams_report_the_same_usage_as_plain_answers() {
             // As the plain answer: writes split by cache lifetime, none for an hour.
             Usage {
                 cache_write_1h: Some(0),
+                geo: ANYWHERE,
                 ..usage(4012, 3000, 1000, 8, None)
             },
         ),
@@ -367,6 +385,7 @@ fn a_replayed_answer_keeps_the_usage_it_was_read_with() {
         t.usage(),
         Usage {
             cache_write_1h: Some(0),
+            geo: ANYWHERE,
             ..usage(4012, 3000, 1000, 8, None)
         }
     );
@@ -574,9 +593,18 @@ fn a_responses_usage_with_a_class_purser_does_not_price_is_marked_unpriced() {
                          "cache_write_tokens_details": {"ttl_30m_tokens": 0, "ttl_12h_tokens": 0}}));
     assert!(!plain.unpriced);
     assert_eq!((plain.input, plain.cached_input), (Some(3000), Some(2048)));
-    // Cache writes the API reports, which purser has no rate for: estimated.
-    let writes = u(json!({"cached_tokens": 0, "cache_write_tokens": 1024}));
-    assert!(writes.unpriced);
+    // Cache writes and audio are priced apart (`pricing::charge`: writes where the
+    // destination bills them, audio at the entry's audio rate, else estimated there).
+    let writes = u(json!({"cached_tokens": 0, "cache_write_tokens": 1024, "audio_tokens": 10}));
+    assert!(!writes.unpriced);
+    assert_eq!(
+        (writes.cache_write, writes.audio_input),
+        (Some(1024), Some(10))
+    );
+    // A class purser does not price apart (image tokens, or one added later):
+    // estimated.
+    let images = u(json!({"cached_tokens": 0, "image_tokens": 765}));
+    assert!(images.unpriced);
 }
 
 /// Server-side compaction reports each pass in `usage.iterations`; the top level may
@@ -717,4 +745,76 @@ fn a_responses_streams_usage_is_the_largest_its_terminal_events_report() {
     t.event(&end("response.failed", 800));
     t.event(&end("response.completed", 0));
     assert_eq!(t.usage().output, Some(800));
+}
+
+/// A usage block counts the output before it: output after the last block (a relay's
+/// early usage-only chunk, then the answer) leaves the output unknown even once the
+/// stream ends whole, so it is charged at its bound. A running count on every chunk
+/// (`continuous_usage_stats`) counts all of it and stays a receipt.
+#[test]
+fn an_early_usage_block_is_no_receipt_for_output_after_it() {
+    let usage =
+        |out: u64| json!({"prompt_tokens": 12, "completion_tokens": out, "total_tokens": 12 + out});
+    let content = |s: &str| json!({"choices": [{"index": 0, "delta": {"content": s}, "finish_reason": null}]});
+    let finish = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
+    let done = |t: &mut ChunkTranslator| {
+        t.event(&SseEvent {
+            event: None,
+            data: "[DONE]".into(),
+        })
+    };
+    let early = json!({"choices": [], "usage": usage(0)});
+    let mut t = translated(
+        Api::Openai,
+        &[
+            (None, early),
+            (None, content("a long answer")),
+            (None, finish.clone()),
+        ],
+    );
+    done(&mut t);
+    assert_eq!((t.usage().input, t.usage().output), (Some(12), None));
+
+    let mut running = content("a");
+    running["usage"] = usage(1);
+    let mut last = content("b");
+    last["usage"] = usage(2);
+    let mut t = translated(
+        Api::Openai,
+        &[(None, running), (None, last), (None, finish)],
+    );
+    done(&mut t);
+    assert_eq!(t.usage().output, Some(2));
+}
+
+/// Where a stream's inference ran is read from `message_start` and kept at its
+/// dearest: a later `global` does not undo a region.
+#[test]
+fn an_anthropic_streams_region_is_kept_at_its_dearest_reading() {
+    let start = |geo: &str| json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 10, "output_tokens": 1, "inference_geo": geo}}});
+    let delta = |geo: &str| json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5, "inference_geo": geo}});
+    let geo_of = |a: &str, b: &str| {
+        translated(
+            Api::Anthropic,
+            &[
+                (Some("message_start"), start(a)),
+                (Some("message_delta"), delta(b)),
+            ],
+        )
+        .usage()
+        .geo
+    };
+    assert_eq!(geo_of("us", "global"), Some(InferenceGeo::Region));
+    assert_eq!(geo_of("global", "us"), Some(InferenceGeo::Region));
+    assert_eq!(geo_of("global", "global"), Some(InferenceGeo::Anywhere));
+    assert_eq!(
+        geo_of("not_available", "not_available"),
+        Some(InferenceGeo::Anywhere)
+    );
+    let plain = crate::upstream::anthropic::usage(
+        &json!({"input_tokens": 3, "output_tokens": 4, "inference_geo": "eu"}),
+    );
+    assert_eq!(plain.geo, Some(InferenceGeo::Region));
+    let unsaid = crate::upstream::anthropic::usage(&json!({"input_tokens": 3, "output_tokens": 4}));
+    assert_eq!(unsaid.geo, None);
 }

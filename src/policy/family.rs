@@ -1,0 +1,152 @@
+//! What a model's family says about how it is billed, read from its upstream id where
+//! the entry does not say: the price rules a vendor applies to every model from some
+//! generation on, whatever the request sends. Each reader errs towards billing: a name
+//! it cannot place is read as the newest generation, so that the ceiling's proof stays
+//! a proof for a model released after this table.
+
+/// A model id as its family patterns read it: lower case, without a vendor prefix
+/// (`openai/o3-mini` on a relay is `o3-mini`).
+pub fn family_name(upstream: &str) -> String {
+    upstream
+        .rsplit('/')
+        .next()
+        .unwrap_or(upstream)
+        .to_ascii_lowercase()
+}
+
+/// The leading `major[.minor]` of `v` (`5.6-sol` → (5, 6); `4o` → (4, 0)).
+fn version(v: &str) -> Option<(u32, u32)> {
+    let major_len = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let major = v[..major_len].parse().ok()?;
+    let rest = &v[major_len..];
+    let minor = rest
+        .strip_prefix('.')
+        .map(|r| {
+            r.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    Some((major, minor))
+}
+
+/// Whether the model writes its prompt cache by itself and bills the writes, with no
+/// mark in the request: OpenAI's GPT-5.6 and every later family (`gpt-5.6-sol`,
+/// `gpt-6…`), at 1.25× the uncached input rate ("Cache writes have no additional fee
+/// on models before the GPT-5.6 family", OpenAI's prompt caching guide, July 2026),
+/// reported as `cache_write_tokens`. Earlier GPT and `o` models write for free. A model
+/// not named as OpenAI names them (a deployment's own name) is not recognised: its
+/// entry lists `cache_write_per_mtok`.
+pub fn writes_cache_by_itself(upstream: &str) -> bool {
+    family_name(upstream)
+        .strip_prefix("gpt-")
+        .and_then(version)
+        .is_some_and(|v| v >= (5, 6))
+}
+
+/// The uncached input rate's multiple a family that writes its cache by itself bills
+/// its writes at (`writes_cache_by_itself`), in hundredths: 1.25×.
+pub const SELF_WRITE_PERCENT: u32 = 125;
+
+/// Whether the model may be billed at a regional premium its vendor's account picks:
+/// Anthropic's models from Claude Opus 4.6 and Sonnet 4.6 on run where the workspace's
+/// `default_inference_geo` says when a request names none, and inference kept in one
+/// geography (`us`) is billed at 1.1× every rate (Anthropic's data residency and
+/// pricing pages). purser cannot see the workspace's setting, and must not override it
+/// (it is a residency choice), so the worst case carries the premium. Earlier models
+/// (`claude-3-5-sonnet…`, `claude-sonnet-4-5…`, `claude-haiku-4-5…`) reject the
+/// parameter and bill no premium; any name that is not such a Claude id (an alias, a
+/// platform's model ARN) is read as a newer one.
+pub fn may_bill_regional_premium(upstream: &str) -> bool {
+    let name = family_name(upstream);
+    let Some(at) = name.find("claude-") else {
+        return true;
+    };
+    let rest = &name[at + "claude-".len()..];
+    // The old naming put the generation first: `claude-3-5-sonnet`, `claude-2.1`,
+    // `claude-instant-1.2`.
+    if rest.starts_with(|c: char| c.is_ascii_digit()) || rest.starts_with("instant") {
+        return false;
+    }
+    // `opus-4-6`, `sonnet-4-5-20250929`, `opus-4-20250514` (4.0): a tier, a major, and
+    // a minor of one or two digits (eight is a date).
+    let Some((_, after_tier)) = rest.split_once('-') else {
+        return true;
+    };
+    let mut parts = after_tier.split('-');
+    let Some(major) = parts.next().and_then(|m| m.parse::<u32>().ok()) else {
+        return true;
+    };
+    let minor = parts
+        .next()
+        .filter(|m| (1..=2).contains(&m.len()))
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    (major, minor) >= (4, 6)
+}
+
+/// The regional premium (`may_bill_regional_premium`), in hundredths: 1.1×.
+pub const REGIONAL_PERCENT: u32 = 110;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt_5_6_and_later_write_their_cache_by_themselves() {
+        for name in [
+            "gpt-5.6-sol",
+            "gpt-5.6-luna",
+            "openai/gpt-5.6-terra",
+            "GPT-5.7",
+            "gpt-5.10-mini",
+            "gpt-6",
+            "gpt-6.1-codex",
+        ] {
+            assert!(writes_cache_by_itself(name), "{name}");
+        }
+        for name in [
+            "gpt-5.5",
+            "gpt-5",
+            "gpt-5-mini",
+            "gpt-5.1-codex",
+            "gpt-4o-mini",
+            "gpt-4.1",
+            "o3",
+            "my-deployment",
+            "claude-opus-4-6",
+        ] {
+            assert!(!writes_cache_by_itself(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn claude_4_6_and_later_and_unknown_names_may_bill_a_regional_premium() {
+        for name in [
+            "claude-opus-4-6",
+            "claude-sonnet-4-6-20260217",
+            "claude-opus-4-7",
+            "claude-opus-5-5",
+            "claude-haiku-5",
+            "claude-latest",
+            "anthropic.claude-opus-4-6-v1:0",
+            "my-claude-alias",
+        ] {
+            assert!(may_bill_regional_premium(name), "{name}");
+        }
+        for name in [
+            "claude-sonnet-4-5-20250929",
+            "claude-haiku-4-5",
+            "claude-opus-4-1-20250805",
+            "claude-opus-4-20250514",
+            "claude-3-5-sonnet-20241022",
+            "claude-3-opus-20240229",
+            "claude-2.1",
+            "claude-instant-1.2",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        ] {
+            assert!(!may_bill_regional_premium(name), "{name}");
+        }
+    }
+}
