@@ -233,7 +233,8 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
         CostBasis::Usage
     };
     Charge {
-        cost: input_cost + output_cost,
+        // A billed call is billed its fee, where the entry lists one.
+        cost: input_cost + output_cost + dest.call_fee(),
         basis,
         input_tokens: usage.input,
         output_tokens: usage.output,
@@ -829,6 +830,40 @@ mod tests {
         let unlisted = dest(Api::Openai, None, None);
         let c = charge(&unlisted, &u, BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0025"), CostBasis::Estimated));
+    }
+
+    /// A fee per call (a model that searches on every call) is in the worst case, the
+    /// clamp's arithmetic and the charge of a billed call.
+    #[test]
+    fn a_fee_per_call_is_bounded_clamped_and_charged() {
+        let searching = Destination {
+            upstream_model: "sonar-pro".into(),
+            terms: ModelTerms {
+                fee_per_call: Some(money("0.014")),
+                ..ModelTerms::default()
+            },
+            ..dest(Api::Openai, None, None)
+        };
+        assert!(!searching.unpriced_call_fee());
+        assert!(
+            Destination {
+                terms: ModelTerms::default(),
+                ..searching.clone()
+            }
+            .unpriced_call_fee()
+        );
+        let wc = crate::selection::worst_case;
+        assert_eq!(wc(&searching, BOUNDS), money("0.021"));
+        let c = charge(&searching, &full(1_000, 0, 0, 50), BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0165"), CostBasis::Usage));
+        // 0.02 leaves 0.02 − 0.014 − 0.002 of input = 0.004 for output: 400 tokens.
+        assert_eq!(
+            crate::selection::clamp_output(&searching, BOUNDS, money("0.02")),
+            Some(400)
+        );
+        assert!(
+            crate::selection::arithmetic(&searching, BOUNDS, "USD").contains("+ 0.014 per call")
+        );
     }
 
     #[test]

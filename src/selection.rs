@@ -97,10 +97,19 @@ pub struct Unbounded {
 /// Worst-case cost of one call to `d` with these bounds: input at the dearest rate any
 /// input token may be billed at (cache writes of either lifetime, the long-context
 /// tier its input bound reaches, the service tier asked for), output, reasoning beyond
-/// the cap included, at the output rate of the same tier.
+/// the cap included, at the output rate of the same tier; and the fee per call the
+/// entry lists.
 pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
     let r = b.rates(d);
-    r.input_ceiling().cost_of(b.input) + r.output.cost_of(b.total_output())
+    r.input_ceiling().cost_of(b.input) + r.output.cost_of(b.total_output()) + d.call_fee()
+}
+
+/// Why a model that searches on every call has no bound without its fee listed.
+pub fn unpriced_call_fee() -> Unbounded {
+    Unbounded {
+        param: "model".into(),
+        what: "this model searches the web on every call and bills each call a fee beyond its tokens, which its entry does not list (`fee_per_call`)".into(),
+    }
 }
 
 /// Why a candidate was not chosen, or that it was.
@@ -204,8 +213,14 @@ pub fn arithmetic(d: &Destination, b: TokenBounds, currency: &str) -> String {
         per_choice
     };
     let r = b.rates(d);
+    let fee = d.call_fee();
+    let fee = if fee.is_positive() {
+        format!(" + {} per call", fee.for_people(currency))
+    } else {
+        String::new()
+    };
     format!(
-        "{} in × {}/M + {out} out × {}/M = {}",
+        "{} in × {}/M + {out} out × {}/M{fee} = {}",
         b.input,
         // The dearest input-side rate: the one the worst case is proved with.
         r.input_ceiling().for_people(currency),
@@ -307,7 +322,8 @@ pub fn clamp_output(d: &Destination, b: TokenBounds, ceiling: Money) -> Option<u
     let r = b.rates(d);
     let fixed = r.input_ceiling().cost_of(b.input)
         + r.output
-            .cost_of(b.reasoning.saturating_mul(b.choices.max(1)));
+            .cost_of(b.reasoning.saturating_mul(b.choices.max(1)))
+        + d.call_fee();
     let base = b.input.saturating_add(b.reasoning);
     if fixed > ceiling || base >= d.context_window {
         return None;

@@ -419,3 +419,60 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
     common::money::quiesce_on(&g.ledger_db, 5).await;
     common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["o56", "au", "an"]).await;
 }
+
+/// A model that searches the web on every call bills a fee per call beyond its tokens:
+/// under a hard ceiling it is refused (naming the model, no call made) until its entry
+/// lists `fee_per_call`, and then every call is bounded and charged with the fee.
+#[tokio::test]
+async fn a_model_that_searches_on_every_call_is_charged_its_fee() {
+    let g = common::start(|v| {
+        vec![
+            provider(v, "px", "openai", "sonar", [Some("1"), Some("1"), None, None]),
+            provider(v, "pf", "openai", "sonar-pro", [Some("3"), Some("15"), None, None])
+                + "    fee_per_call: \"0.014\"\n",
+            format!(
+                "kind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [sonar, sonar-pro]\njurisdictions: [us]\nceiling: {{ per_request: \"1\", mode: hard }}\nmax_output_tokens: 100\n",
+                sha(KEY)
+            ),
+        ]
+    })
+    .await;
+    let post = |model: &str| {
+        reqwest::Client::new()
+            .post(g.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": "news?"}]}))
+            .send()
+    };
+    let r = post("sonar").await.unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["param"], "model", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fee_per_call"),
+        "{v}"
+    );
+    assert!(g.vendors.sent("px").is_empty());
+
+    g.vendors.script("pf", vec![Script::Fixture("openai")]);
+    let r = post("sonar-pro").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-purser-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let a = attempt(&g, &id).await;
+    // The fixture's 12 in × 3 + 8 out × 15, per M, and the fee.
+    let fee: Money = "0.014".parse().unwrap();
+    assert_eq!(
+        money(&a["cost"]),
+        cost(&[(12, "3"), (8, "15")]) + fee,
+        "{a}"
+    );
+    assert!(money(&a["worst_case"]) >= cost(&[(100, "15")]) + fee, "{a}");
+    common::money::quiesce_on(&g.ledger_db, 5).await;
+    common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["px", "pf"]).await;
+}

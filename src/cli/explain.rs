@@ -122,6 +122,9 @@ fn imagined_bounds(
     output: u64,
     strict: bool,
 ) -> Result<TokenBounds, Unbounded> {
+    if strict && d.unpriced_call_fee() {
+        return Err(selection::unpriced_call_fee());
+    }
     if let Some(body) = &req.body {
         let undeclared = if strict {
             crate::upstream::bound::Undeclared::Refuse

@@ -894,6 +894,9 @@ impl Engine {
         // Looked for once: every candidate's bounds need it.
         let marked = crate::upstream::bound::request_marks(req);
         let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
+            if strict && d.unpriced_call_fee() {
+                return Err(selection::unpriced_call_fee());
+            }
             // A destination that cannot take this ingress natively is never chosen.
             if let Err((param, what)) = ingress::check_request(req, d.api)
                 && req.ingress != Ingress::Chat

@@ -625,8 +625,15 @@ fn terms(
         .audio_input_per_mtok
         .as_ref()
         .and_then(|t| price(format!("{base}/audio_input_per_mtok"), t));
+    let call_fee = m.fee_per_call.as_ref().and_then(|t| {
+        let at = format!("{base}/fee_per_call");
+        let fee = money(doc, &at, t, diags);
+        ok &= fee.is_some();
+        fee
+    });
     let media = m.media_tokens.unwrap_or_default();
     ok.then_some(ModelTerms {
+        fee_per_call: call_fee,
         cache_write_1h_per_mtok: write_1h,
         audio_input_per_mtok: audio_rate,
         cap_field: m.cap_field,

@@ -89,6 +89,22 @@ pub fn may_bill_regional_premium(upstream: &str) -> bool {
 /// The regional premium (`may_bill_regional_premium`), in hundredths: 1.1×.
 pub const REGIONAL_PERCENT: u32 = 110;
 
+/// Whether the model searches the web on every call, whatever the request says, and
+/// bills each call a fee beyond its tokens: OpenAI's search models
+/// (`gpt-4o-search-preview`, `gpt-5-search-api`) and deep-research ones
+/// (`o3-deep-research`), Perplexity's Sonar family (`sonar`, `sonar-pro`,
+/// `sonar-reasoning-pro`: a request fee by search context size), and any model
+/// OpenRouter runs `:online` (a fee per search result). By the name's words, so that a
+/// variant named the same way is caught too.
+pub fn searches_by_itself(upstream: &str) -> bool {
+    let name = family_name(upstream);
+    let words: Vec<&str> = name.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    name.ends_with(":online")
+        || words.first() == Some(&"sonar")
+        || words.contains(&"search")
+        || name.contains("deep-research")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +134,34 @@ mod tests {
             "claude-opus-4-6",
         ] {
             assert!(!writes_cache_by_itself(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn models_that_search_on_every_call_are_named_so() {
+        for name in [
+            "gpt-4o-search-preview",
+            "gpt-4o-mini-search-preview-2025-03-11",
+            "gpt-5-search-api",
+            "o3-deep-research",
+            "o4-mini-deep-research-2025-06-26",
+            "sonar",
+            "sonar-pro",
+            "perplexity/sonar-reasoning-pro",
+            "sonar-deep-research",
+            "openai/gpt-5.6-sol:online",
+        ] {
+            assert!(searches_by_itself(name), "{name}");
+        }
+        for name in [
+            "gpt-5.6-sol",
+            "claude-opus-4-6",
+            "gemini-2.5-flash",
+            "o3",
+            "research-assistant-v2",
+            "sonnet-searcher",
+        ] {
+            assert!(!searches_by_itself(name), "{name}");
         }
     }
 

@@ -158,6 +158,10 @@ pub struct ModelTerms {
     pub reasoning_budget: Option<u64>,
     #[serde(skip_serializing_if = "MediaTokens::is_empty")]
     pub media_tokens: MediaTokens,
+    /// A fee every call is billed beyond its tokens (a model that searches the web on
+    /// every call): in the worst case and the charge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fee_per_call: Option<Money>,
     /// Audio input tokens' own rate: without it an audio part has no bound, since
     /// vendors bill audio above text (OpenAI's audio models 16×, Gemini 2.5 Flash 3.3×).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -531,6 +535,18 @@ impl Destination {
     /// the writes, reported whenever billed (`family::writes_cache_by_itself`).
     pub fn writes_cache_by_itself(&self) -> bool {
         self.api == Api::Openai && super::family::writes_cache_by_itself(&self.upstream_model)
+    }
+
+    /// The fee every call here is billed beyond its tokens: the entry's, else none.
+    pub fn call_fee(&self) -> Money {
+        self.terms.fee_per_call.unwrap_or(Money::ZERO)
+    }
+
+    /// A model that searches the web on every call and bills each search beyond its
+    /// tokens (`family::searches_by_itself`), whose entry lists no fee for it: no
+    /// bound holds for it.
+    pub fn unpriced_call_fee(&self) -> bool {
+        self.terms.fee_per_call.is_none() && super::family::searches_by_itself(&self.upstream_model)
     }
 
     /// An Anthropic-API model whose workspace may keep its inference in one region, at

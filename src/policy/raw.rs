@@ -95,6 +95,8 @@ pub struct RawModel {
     pub media_tokens: Option<RawMediaTokens>,
     /// Audio input tokens' own rate (OpenAI's audio models, Gemini).
     pub audio_input_per_mtok: Option<String>,
+    /// A fee every call is billed beyond its tokens (search models).
+    pub fee_per_call: Option<String>,
     /// Dearer rates above an input size (Gemini 2.5 Pro above 200k input).
     pub long_context: Option<RawLongContext>,
     /// Rates of the vendor's service tiers (OpenAI `service_tier`: priority, flex).
