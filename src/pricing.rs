@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::money::Money;
-use crate::policy::plan::{Api, Destination, TierChoice};
+use crate::policy::plan::{Api, Destination, Rate, TierChoice};
 use crate::selection::TokenBounds;
 use crate::upstream::{InferenceGeo, ServedTier, Usage};
 
@@ -153,6 +153,10 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
             let writes = if rates.bills_writes || rates.bills_1h_writes {
                 cache_write.unwrap_or(0)
             } else {
+                // Writes reported where purser reads none as billed (a model its family
+                // rules do not place, say a deployment's own name): as plain input, but
+                // the vendor may have billed them, so not exact.
+                estimated |= cache_write.is_some_and(|w| w > 0);
                 0
             };
             // Writes by lifetime: the 1-hour ones as reported (more than the total
@@ -174,11 +178,15 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
                 }
                 None => (writes, 0),
             };
-            // Tokens not broken out as reads or writes. Should the parts exceed the total
-            // (a vendor inconsistency), the parts are charged as reported: the larger.
+            let parts = reads.saturating_add(short).saturating_add(long);
             // Audio at its own rate: the entry's (with the premium, as every rate),
-            // else as plain input, a guess (`estimated`).
-            let audio = usage.audio_input.unwrap_or(0);
+            // else as plain input, a guess (`estimated`). At most the tokens the reads
+            // and writes leave: a vendor that counts a cached prompt's audio in its
+            // breakdown too does not bill it twice.
+            let audio = usage
+                .audio_input
+                .unwrap_or(0)
+                .min(total.saturating_sub(parts));
             let audio_rate = match dest.terms.audio_input_per_mtok {
                 Some(a) => rates.audio.unwrap_or(a),
                 None => {
@@ -186,17 +194,21 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
                     rates.input
                 }
             };
-            let plain = total.saturating_sub(
-                reads
-                    .saturating_add(short)
-                    .saturating_add(long)
-                    .saturating_add(audio),
-            );
+            // Tokens not broken out as reads, writes or audio. Should the parts exceed
+            // the total (a vendor inconsistency), the parts are charged as reported: the
+            // larger.
+            let plain = total.saturating_sub(parts.saturating_add(audio));
             let mut plain_rate = rates.input;
+            let audio_sent = Rate {
+                per_mtok: audio_rate,
+                listed: true,
+            };
             let hidden = [
                 (usage.cached_input, cached, true),
                 (cache_write, write, rates.bills_writes),
                 (cache_write, write_1h, rates.bills_1h_writes),
+                // Audio sent and its count not reported: it may hide in the plain input.
+                (usage.audio_input, audio_sent, rates.audio.is_some()),
             ];
             for (reported, rate, possible) in hidden {
                 // An unreported part may hide in the plain tokens: price them at its
@@ -206,6 +218,10 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
                     missing = true;
                 }
             }
+            // It may hide in the audio tokens too (the tokens a breakdown leaves
+            // uncounted are taken by the audio first), so audio is priced at the dearer
+            // of its rate and the plain tokens' (no vendor bills audio below text).
+            let audio_rate = audio_rate.max(plain_rate);
             if (reads > 0 && !cached.listed)
                 || (short > 0 && !write.listed)
                 || (long > 0 && !write_1h.listed)
@@ -830,6 +846,47 @@ mod tests {
         let unlisted = dest(Api::Openai, None, None);
         let c = charge(&unlisted, &u, BOUNDS);
         assert_eq!((c.cost, c.basis), (money("0.0025"), CostBasis::Estimated));
+        // Audio sent and no count of it reported (a relay that drops the breakdown):
+        // it may be any of the input, priced at the audio rate as a bound.
+        let unsaid = Usage {
+            audio_input: None,
+            ..u
+        };
+        let c = charge(&audio_model, &unsaid, with_audio);
+        assert_eq!((c.cost, c.basis), (money("0.0405"), CostBasis::WorstCase));
+        // A cached prompt's audio counted in the breakdown too (Gemini): at most what the
+        // reads leave is audio, so the cached part is not charged twice.
+        let cached = Usage {
+            cached_input: Some(900),
+            audio_input: Some(1_000),
+            ..full(1_000, 900, 0, 50)
+        };
+        let c = charge(&audio_model, &cached, with_audio);
+        assert_eq!(c.cost, cost_of(&[(100, "40"), (900, "2"), (50, "10")]));
+        assert!(c.cost <= crate::selection::worst_case(&audio_model, with_audio));
+    }
+
+    fn cost_of(parts: &[(u64, &str)]) -> Money {
+        parts.iter().map(|(n, r)| price(r).cost_of(*n)).sum()
+    }
+
+    /// A `cache_control` mark to a model that writes by itself buys no dearer write:
+    /// its writes stay at the family's 1.25×, exact. Writes an answer reports where
+    /// none is read as billed (a model no family rule places) are charged as plain
+    /// input, but marked estimated: the vendor may have billed them.
+    #[test]
+    fn writes_to_a_self_writing_family_after_a_mark_stay_at_its_rate() {
+        let new = named(Api::Openai, "gpt-5.6-sol");
+        let marked = TokenBounds {
+            cache_marked: true,
+            ..BOUNDS
+        };
+        let u = full(1_000, 0, 400, 50);
+        let c = charge(&new, &u, marked);
+        assert_eq!((c.cost, c.basis), (money("0.0027"), CostBasis::Usage));
+        let azure = named(Api::Openai, "my-deployment");
+        let c = charge(&azure, &u, BOUNDS);
+        assert_eq!((c.cost, c.basis), (money("0.0025"), CostBasis::Estimated));
     }
 
     /// A fee per call (a model that searches on every call) is in the worst case, the
@@ -966,7 +1023,9 @@ mod tests {
                     output: keep(3, output),
                     reasoning: keep(4, thoughts),
                     cache_write_1h: keep(5, written / 2),
-                    audio_input: audio.then(|| a % (input - reads - written + 1)),
+                    // Any share of the input, cached or written parts included (Gemini's
+                    // breakdown counts a cached prompt's audio too).
+                    audio_input: audio.then(|| a % (input + 1)),
                     served_tier: None,
                     unpriced: false,
                     geo,

@@ -105,6 +105,7 @@ fn docs(v: &Vendors) -> Vec<String> {
     output_per_mtok: "0"
     cache_write_1h_per_mtok: "0.9"
   c1h:
+    upstream: claude-sonnet-4-6
     context_window: 200000
     input_per_mtok: "3"
     output_per_mtok: "15"
@@ -269,8 +270,9 @@ async fn what_is_sent_is_counted_or_refused() {
     assert_eq!(g.vendors.calls("oa"), calls);
 
     // Gemini reads an image_url by its media type: a PNG is an image (1,600 tokens),
-    // an MP4 a video (200,000 tokens × 0.10/M = 0.02 and more: over the ceiling), a
-    // URL of unknown type needs every kind declared.
+    // an MP4 a video, whose soundtrack Gemini bills as audio, at a rate this entry does
+    // not list (refused, where an image would have been served), a URL of unknown type
+    // needs every kind declared.
     let url = |u: &str| json!([{"type": "image_url", "image_url": {"url": u}}]);
     let (status, v, _) = post(&g, HARD, ask("g", url("https://x.test/cat.png"), json!({}))).await;
     assert_eq!(status, 200, "{v}");
@@ -284,9 +286,11 @@ async fn what_is_sent_is_counted_or_refused() {
         ask("g", url("https://x.test/talk.mp4"), json!({})),
     )
     .await;
-    assert_eq!(
-        (status, v["error"]["code"].as_str()),
-        (402, Some("ceiling_exceeded")),
+    refused_naming(status, &v, "messages[0].content[0]");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("audio_input_per_mtok")),
         "a video is not one image: {v}"
     );
     let (status, v, _) = post(&g, HARD, ask("g", url("https://x.test/blob"), json!({}))).await;

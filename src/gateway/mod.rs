@@ -931,7 +931,9 @@ impl Engine {
                 choices: parsed.choices,
                 tier: parsed.tier,
                 cache_marked: crate::upstream::bound::cache_marked_for(d, marked),
-                audio: crate::upstream::bound::sends_audio(d, req),
+                // An earlier turn read back may have carried audio too.
+                audio: crate::upstream::bound::sends_audio(d, req)
+                    || (history.is_some() && d.terms.audio_input_per_mtok.is_some()),
             })
         };
         selection::select(route, &policy.ceiling, bounds_of, |d| {

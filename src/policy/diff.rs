@@ -413,6 +413,18 @@ fn destination(
             a.cache_write_per_mtok.as_ref().and_then(rate),
             b.cache_write_per_mtok.as_ref().and_then(rate),
         ),
+        (
+            "1-hour cache write price per Mtok",
+            a.terms.cache_write_1h_per_mtok.as_ref().and_then(rate),
+            b.terms.cache_write_1h_per_mtok.as_ref().and_then(rate),
+        ),
+        (
+            "audio input price per Mtok",
+            a.terms.audio_input_per_mtok.as_ref().and_then(rate),
+            b.terms.audio_input_per_mtok.as_ref().and_then(rate),
+        ),
+        // No fee listed is no fee: listing one narrows.
+        ("fee per call", Some(a.call_fee()), Some(b.call_fee())),
     ];
     for (what, old, new) in prices {
         out.price(m, &at(b, what), old, new);

@@ -39,9 +39,11 @@ fn version(v: &str) -> Option<(u32, u32)> {
 /// not named as OpenAI names them (a deployment's own name) is not recognised: its
 /// entry lists `cache_write_per_mtok`.
 pub fn writes_cache_by_itself(upstream: &str) -> bool {
-    family_name(upstream)
-        .strip_prefix("gpt-")
-        .and_then(version)
+    // `gpt-` anywhere: a fine-tune (`ft:gpt-5.6-sol:org::id`), a platform's prefix
+    // (`openai.gpt-5.6-sol`).
+    let name = family_name(upstream);
+    name.find("gpt-")
+        .and_then(|at| version(&name[at + "gpt-".len()..]))
         .is_some_and(|v| v >= (5, 6))
 }
 
@@ -56,30 +58,37 @@ pub const SELF_WRITE_PERCENT: u32 = 125;
 /// pricing pages). purser cannot see the workspace's setting, and must not override it
 /// (it is a residency choice), so the worst case carries the premium. Earlier models
 /// (`claude-3-5-sonnet…`, `claude-sonnet-4-5…`, `claude-haiku-4-5…`) reject the
-/// parameter and bill no premium; any name that is not such a Claude id (an alias, a
-/// platform's model ARN) is read as a newer one.
+/// parameter and bill no premium; a Claude id whose version cannot be read
+/// (`claude-latest`) is read as a newer one. A model that is no Claude (DeepSeek, Kimi
+/// or GLM behind their Anthropic-compatible APIs) has no such setting.
 pub fn may_bill_regional_premium(upstream: &str) -> bool {
     let name = family_name(upstream);
-    let Some(at) = name.find("claude-") else {
+    let Some(at) = name.find("claude") else {
+        return false;
+    };
+    // `claude` with no version after it (`claude`, an alias): read as the newest.
+    let Some(rest) = name[at..].strip_prefix("claude-") else {
         return true;
     };
-    let rest = &name[at + "claude-".len()..];
     // The old naming put the generation first: `claude-3-5-sonnet`, `claude-2.1`,
     // `claude-instant-1.2`.
     if rest.starts_with(|c: char| c.is_ascii_digit()) || rest.starts_with("instant") {
         return false;
     }
-    // `opus-4-6`, `sonnet-4-5-20250929`, `opus-4-20250514` (4.0): a tier, a major, and
-    // a minor of one or two digits (eight is a date).
+    // `opus-4-6`, `sonnet-4-5-20250929`, `opus-4-20250514` (4.0), Vertex's
+    // `opus-4-6@20260205`: a tier, a major, and a minor of one or two digits (eight are
+    // a date).
     let Some((_, after_tier)) = rest.split_once('-') else {
         return true;
     };
+    let digits = |p: &str| -> String { p.chars().take_while(char::is_ascii_digit).collect() };
     let mut parts = after_tier.split('-');
-    let Some(major) = parts.next().and_then(|m| m.parse::<u32>().ok()) else {
+    let Some(major) = parts.next().and_then(|m| digits(m).parse::<u32>().ok()) else {
         return true;
     };
     let minor = parts
         .next()
+        .map(digits)
         .filter(|m| (1..=2).contains(&m.len()))
         .and_then(|m| m.parse::<u32>().ok())
         .unwrap_or(0);
@@ -119,6 +128,8 @@ mod tests {
             "gpt-5.10-mini",
             "gpt-6",
             "gpt-6.1-codex",
+            "ft:gpt-5.6-sol:acme::abc123",
+            "openai.gpt-5.6-sol",
         ] {
             assert!(writes_cache_by_itself(name), "{name}");
         }
@@ -132,6 +143,8 @@ mod tests {
             "o3",
             "my-deployment",
             "claude-opus-4-6",
+            "chatgpt-4o-latest",
+            "ft:gpt-4o-mini:acme::abc123",
         ] {
             assert!(!writes_cache_by_itself(name), "{name}");
         }
@@ -175,6 +188,7 @@ mod tests {
             "claude-haiku-5",
             "claude-latest",
             "anthropic.claude-opus-4-6-v1:0",
+            "claude-opus-4-6@20260205",
             "my-claude-alias",
         ] {
             assert!(may_bill_regional_premium(name), "{name}");
@@ -189,6 +203,10 @@ mod tests {
             "claude-2.1",
             "claude-instant-1.2",
             "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "claude-sonnet-4-5@20250929",
+            "deepseek-chat",
+            "kimi-k2-0905-preview",
+            "glm-4.6",
         ] {
             assert!(!may_bill_regional_premium(name), "{name}");
         }

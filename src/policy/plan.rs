@@ -629,12 +629,14 @@ impl Destination {
         let fallback = self.write_default(r.input_per_mtok);
         // The write rates at the base rates: listed, else the fallback multiple.
         let base_write = self.cache_write_rate();
+        // A family that writes by itself has one write rate whatever the lifetime asked
+        // (a mark to it buys no dearer write).
         let base_write_1h = match self.terms.cache_write_1h_per_mtok {
             Some(x) => Rate {
                 per_mtok: x,
                 listed: true,
             },
-            None => write_fallback(self.input_per_mtok),
+            None => self.write_default(self.input_per_mtok),
         };
         // Off the base rates (long context, another tier) the listed ones do not apply:
         // the fallback multiple of the input rate, but never below the base write rate,
@@ -732,9 +734,15 @@ impl Destination {
         (name.starts_with("gemini-") && !known_not_to).then_some(8_192)
     }
 
-    /// Exact cost of a call with these token counts at this destination's prices.
+    /// The cost of a call with these token counts at this destination's prices, plain
+    /// input and output (no breakdown is known): at the rates their count reaches
+    /// (long context), with the regional premium where the model may be billed it, and
+    /// the fee per call. Replay's estimate of what the new plan would have billed.
     pub fn cost(&self, input_tokens: u64, output_tokens: u64) -> Money {
-        self.input_per_mtok.cost_of(input_tokens) + self.output_per_mtok.cost_of(output_tokens)
+        let r = self
+            .rates(input_tokens, TierChoice::Standard)
+            .regional(self.may_bill_regional_premium());
+        r.input.cost_of(input_tokens) + r.output.cost_of(output_tokens) + self.call_fee()
     }
 }
 

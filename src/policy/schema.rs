@@ -14,11 +14,14 @@ pub const PROVIDER_SCHEMA: &str = include_str!("../../schemas/provider.schema.js
 pub const POLICY_SCHEMA: &str = include_str!("../../schemas/policy.schema.json");
 
 /// Fields whose value is money; a YAML number there gets a specific message.
-const MONEY_FIELDS: [&str; 6] = [
+const MONEY_FIELDS: [&str; 9] = [
     "input_per_mtok",
     "output_per_mtok",
     "cached_input_per_mtok",
     "cache_write_per_mtok",
+    "cache_write_1h_per_mtok",
+    "audio_input_per_mtok",
+    "fee_per_call",
     "per_request",
     "limit",
 ];

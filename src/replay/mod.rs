@@ -21,7 +21,7 @@ pub use render::{markdown, text};
 use crate::ledger::Shape;
 use crate::ledger::recorded::{Recorded, Sent};
 use crate::money::Money;
-use crate::policy::plan::{Destination, Plan, Policy};
+use crate::policy::plan::{Api, Destination, Plan, Policy};
 use crate::selection::{self, Refusal, Selected, TierAsk, TokenBounds, Unbounded};
 
 /// What the new plan does with one request.
@@ -542,10 +542,16 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
         // The shape records that media was sent, not its kinds: under a proof, only the
         // destination that bounded it before, or one that declares a bound for every
         // kind, can bound it.
-        if strict && shape.media && !went_there(d) && d.terms.media_tokens.bound(None).is_none() {
+        // A part of unknown kind may be audio, which needs its rate where audio is taken.
+        let audio_unpriced = d.api != Api::Anthropic && d.terms.audio_input_per_mtok.is_none();
+        if strict
+            && shape.media
+            && !went_there(d)
+            && (d.terms.media_tokens.bound(None).is_none() || audio_unpriced)
+        {
             return Err(Unbounded {
                 param: "messages".into(),
-                what: "a media part recorded without its kind, and the destination does not declare every kind in `media_tokens`".into(),
+                what: "a media part recorded without its kind, and the destination does not declare every kind in `media_tokens` (and `audio_input_per_mtok`, where audio is taken)".into(),
             });
         }
         Ok(TokenBounds {
@@ -558,7 +564,8 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
             tier: TierAsk::VendorPicks,
             // Nor are cache marks: the rates of a request that asked for no write.
             cache_marked: false,
-            audio: false,
+            // Media of unknown kind may be audio: at the audio rate where one is listed.
+            audio: shape.media && d.terms.audio_input_per_mtok.is_some(),
         })
     };
     match selection::select(route, &policy.ceiling, bounds_of, |_| false) {
@@ -605,11 +612,11 @@ mod tests {
     use crate::ledger::recorded::{Flat, FlatAttempt, Folder};
 
     /// A plan of one policy `p` (client `c`) over two vendors: `a` in the US (declares
-    /// no media bound) and `b` in the EU (declares every kind).
+    /// no media bound) and `b` in the EU (declares every kind, and the audio rate).
     fn plan(policy_extra: &str) -> Plan {
         let dir = tempfile::tempdir().unwrap();
         let set = format!(
-            "kind: gateway\ncurrency: USD\n---\nkind: provider\nid: a\napi: openai\nbase_url: http://127.0.0.1:9/a\njurisdiction: us\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"1\"\n    output_per_mtok: \"2\"\n---\nkind: provider\nid: b\napi: openai\nbase_url: http://127.0.0.1:9/b\njurisdiction: eu\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"3\"\n    output_per_mtok: \"6\"\n    media_tokens: {{ image: 1000, audio: 1000, video: 1000, file: 1000 }}\n---\nkind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [eu, us]\nmax_output_tokens: 100\n{policy_extra}\n",
+            "kind: gateway\ncurrency: USD\n---\nkind: provider\nid: a\napi: openai\nbase_url: http://127.0.0.1:9/a\njurisdiction: us\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"1\"\n    output_per_mtok: \"2\"\n---\nkind: provider\nid: b\napi: openai\nbase_url: http://127.0.0.1:9/b\njurisdiction: eu\nmodels:\n  m:\n    context_window: 100000\n    input_per_mtok: \"3\"\n    output_per_mtok: \"6\"\n    media_tokens: {{ image: 1000, audio: 1000, video: 1000, file: 1000 }}\n    audio_input_per_mtok: \"30\"\n---\nkind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [m]\njurisdictions: [eu, us]\nmax_output_tokens: 100\n{policy_extra}\n",
             "0".repeat(64)
         );
         std::fs::write(dir.path().join("set.yaml"), set).unwrap();

@@ -408,16 +408,26 @@ fn media_sent(api: Api, req: &ChatRequest) -> Vec<Media> {
     }
 }
 
-/// An audio part, or one of a kind purser cannot tell, which may be one.
-fn may_be_audio(m: &Media) -> bool {
-    matches!(m.kind, Some(MediaKind::Audio) | None)
+/// A part `api` may bill at the audio rate: audio, or one of a kind purser cannot tell;
+/// on Gemini a video too (its soundtrack is counted as audio). Anthropic takes no audio.
+fn may_be_audio(api: Api, m: &Media) -> bool {
+    match (api, m.kind) {
+        (Api::Anthropic, _) => false,
+        (_, Some(MediaKind::Audio) | None) | (Api::Gemini, Some(MediaKind::Video)) => true,
+        (Api::Openai, Some(MediaKind::Video)) | (_, Some(MediaKind::Image | MediaKind::File)) => {
+            false
+        }
+    }
 }
 
 /// Whether `req` sends `dest` a part that may be billed at the audio rate: its input
 /// is then bounded at that rate too (`TokenBounds::audio`). Walked only for an entry
 /// that lists the rate (elsewhere such a part is refused under a proof).
 pub fn sends_audio(dest: &Destination, req: &ChatRequest) -> bool {
-    dest.terms.audio_input_per_mtok.is_some() && media_sent(dest.api, req).iter().any(may_be_audio)
+    dest.terms.audio_input_per_mtok.is_some()
+        && media_sent(dest.api, req)
+            .iter()
+            .any(|m| may_be_audio(dest.api, m))
 }
 
 /// The input-token bound of sending `req` to `dest`: the translated body's bytes
@@ -433,7 +443,7 @@ pub fn input_tokens(
         // Audio is billed at a rate of its own, above text: without it in the table no
         // count of audio tokens bounds the cost (a part of a kind purser cannot tell
         // may be audio).
-        if may_be_audio(&m)
+        if may_be_audio(api, &m)
             && undeclared == Undeclared::Refuse
             && dest.terms.audio_input_per_mtok.is_none()
         {
@@ -1147,7 +1157,17 @@ mod tests {
         assert!(input_tokens(&gemini, &req(url.clone()), Undeclared::Refuse).is_err());
         let mut gemini_priced = gemini.clone();
         gemini_priced.terms.audio_input_per_mtok = Some(PricePerMTok::new("1".parse().unwrap()));
-        assert!(input_tokens(&gemini_priced, &req(url), Undeclared::Refuse).is_ok());
+        assert!(input_tokens(&gemini_priced, &req(url.clone()), Undeclared::Refuse).is_ok());
+        // Gemini counts a video's soundtrack as audio: a video needs the rate there.
+        let video = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:video/mp4;base64,AAAA"}}]}]});
+        assert!(input_tokens(&gemini, &req(video.clone()), Undeclared::Refuse).is_err());
+        assert!(sends_audio(&gemini_priced, &req(video.clone())));
+        let openai_video = dest(Api::Openai, any);
+        assert!(input_tokens(&openai_video, &req(video), Undeclared::Refuse).is_ok());
+        // Anthropic takes no audio: a part it cannot tell needs no audio rate there.
+        let claude = dest(Api::Anthropic, any);
+        assert!(input_tokens(&claude, &req(url), Undeclared::Refuse).is_ok());
     }
 
     /// A computer-use screenshot returned as a Responses input item is billed as an

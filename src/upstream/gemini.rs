@@ -259,18 +259,23 @@ pub fn usage(m: &Value, complete: bool) -> Usage {
         cache_write: prompt.map(|_| 0),
         output: output.filter(|_| complete),
         reasoning: thoughts.or(output.map(|_| 0)).filter(|_| complete),
-        audio_input: modality_count(m, "/promptTokensDetails", "AUDIO"),
+        // The prompt's audio not read from the cache (the cached part is priced as a
+        // cache read).
+        audio_input: modality_count(m, "/promptTokensDetails", "AUDIO").map(|a| {
+            a.saturating_sub(modality_count(m, "/cacheTokensDetails", "AUDIO").unwrap_or(0))
+        }),
         ..Usage::default()
     }
 }
 
 /// The tokens of one modality in a `…TokensDetails` list (`[{modality, tokenCount}]`),
-/// summed; `None` where the list does not name it.
+/// summed: 0 where the list does not name it; `None` where there is no list.
 fn modality_count(m: &Value, list: &str, modality: &str) -> Option<u64> {
-    m.pointer(list)?
-        .as_array()?
-        .iter()
-        .filter(|d| d.get("modality").and_then(Value::as_str) == Some(modality))
-        .map(|d| d.get("tokenCount").and_then(Value::as_u64).unwrap_or(0))
-        .reduce(u64::saturating_add)
+    let list = m.pointer(list)?.as_array()?;
+    Some(
+        list.iter()
+            .filter(|d| d.get("modality").and_then(Value::as_str) == Some(modality))
+            .map(|d| d.get("tokenCount").and_then(Value::as_u64).unwrap_or(0))
+            .fold(0, u64::saturating_add),
+    )
 }

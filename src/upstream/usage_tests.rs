@@ -187,7 +187,14 @@ fn anthropic_without_cache_counts_leaves_them_unreported() {
 #[test]
 fn gemini_thoughts_are_output_and_cached_content_is_part_of_the_prompt() {
     let (client, u) = client_usage(Api::Gemini, fixture!("gemini-thoughts.json"));
-    assert_eq!(u, usage(1200, 1024, 0, 128, Some(120)));
+    // Its breakdown by modality names no audio: none.
+    assert_eq!(
+        u,
+        Usage {
+            audio_input: Some(0),
+            ..usage(1200, 1024, 0, 128, Some(120))
+        }
+    );
     assert_eq!(
         client,
         json!({"prompt_tokens": 1200, "completion_tokens": 128, "total_tokens": 1328,
@@ -205,7 +212,13 @@ fn gemini_thoughts_are_output_and_cached_content_is_part_of_the_prompt() {
         "Hello from {provider}."
     );
     let (_, u) = client_usage(Api::Gemini, fixture!("gemini.json"));
-    assert_eq!(u, usage(12, 0, 0, 8, Some(0)));
+    assert_eq!(
+        u,
+        Usage {
+            audio_input: Some(0),
+            ..usage(12, 0, 0, 8, Some(0))
+        }
+    );
 }
 
 #[test]
