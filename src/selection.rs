@@ -108,7 +108,7 @@ pub fn worst_case(d: &Destination, b: TokenBounds) -> Money {
 pub fn unpriced_call_fee() -> Unbounded {
     Unbounded {
         param: "model".into(),
-        what: "this model searches the web on every call and bills each call a fee beyond its tokens, which its entry does not list (`fee_per_call`)".into(),
+        what: "this model searches the web on every call and bills each call beyond its tokens: a fee its entry does not list (`fee_per_call`), or, for deep-research and `:online` models, searches and results no fee bounds".into(),
     }
 }
 

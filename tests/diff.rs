@@ -90,6 +90,19 @@ fn cases() -> Vec<(&'static str, Vec<Expected>)> {
                 ),
             ],
         ),
+        // A fee per call listed costs every call more; an audio rate listed lets audio
+        // be bounded where it was refused.
+        (
+            "fee-added",
+            vec![
+                (
+                    W,
+                    "finance/gpt-4o",
+                    "audio input price per Mtok of openai-us/gpt-4o",
+                ),
+                (N, "finance/gpt-4o", "fee per call of openai-us/gpt-4o"),
+            ],
+        ),
         ("model-removed", vec![(N, "finance", "model")]),
         ("policy-added", vec![(W, "support", "policy")]),
     ]

@@ -258,7 +258,9 @@ async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
     // The same request to `a` (cache writes listed at 3.75, 1-hour ones at 4.5) and to
     // `x` (no rate: 2 × 3): their worst cases differ by the input bound × (6 − 4.5),
     // which pins the bound, and each prices it at its dearest cache-write rate, not at
-    // the input rate of 3.
+    // the input rate of 3. Their ids (`a`, `x`) may be aliases of a Claude that a
+    // workspace keeps in one region, so every rate carries the 1.1× premium
+    // (`policy::family::may_bill_regional_premium`).
     let g = gateway().await;
     let mut worst = Vec::new();
     for (model, provider) in [("a", "an"), ("x", "ax")] {
@@ -270,15 +272,15 @@ async fn an_anthropic_worst_case_prices_input_at_the_dearest_input_rate() {
         assert_eq!(money(&r["worst_case"]), money(&a["worst_case"]));
         worst.push(money(&a["worst_case"]));
     }
-    let per_token =
-        (worst[1].decimal() - worst[0].decimal()) / "1.5".parse::<rust_decimal::Decimal>().unwrap();
+    let per_token = (worst[1].decimal() - worst[0].decimal())
+        / "1.65".parse::<rust_decimal::Decimal>().unwrap();
     let input = u64::try_from(per_token * rust_decimal::Decimal::from(1_000_000)).unwrap();
     assert!(
         input >= 6000,
         "the input bound covers the 6000 bytes sent: {input}"
     );
-    assert_eq!(worst[0], cost(&[(input, "4.5"), (1000, "15")]));
-    assert_eq!(worst[1], cost(&[(input, "6"), (1000, "15")]));
+    assert_eq!(worst[0], cost(&[(input, "4.95"), (1000, "16.5")]));
+    assert_eq!(worst[1], cost(&[(input, "6.6"), (1000, "16.5")]));
 }
 
 #[test]

@@ -931,9 +931,7 @@ impl Engine {
                 choices: parsed.choices,
                 tier: parsed.tier,
                 cache_marked: crate::upstream::bound::cache_marked_for(d, marked),
-                // An earlier turn read back may have carried audio too.
-                audio: crate::upstream::bound::sends_audio(d, req)
-                    || (history.is_some() && d.terms.audio_input_per_mtok.is_some()),
+                audio: crate::upstream::bound::sends_audio(d, req),
             })
         };
         selection::select(route, &policy.ceiling, bounds_of, |d| {

@@ -64,7 +64,9 @@ pub const SELF_WRITE_PERCENT: u32 = 125;
 pub fn may_bill_regional_premium(upstream: &str) -> bool {
     let name = family_name(upstream);
     let Some(at) = name.find("claude") else {
-        return false;
+        // An alias (`opus`) may name a Claude; another vendor's model behind an
+        // Anthropic-compatible API has no such setting.
+        return !OTHER_VENDORS.iter().any(|v| name.contains(v));
     };
     // `claude` with no version after it (`claude`, an alias): read as the newest.
     let Some(rest) = name[at..].strip_prefix("claude-") else {
@@ -82,7 +84,8 @@ pub fn may_bill_regional_premium(upstream: &str) -> bool {
         return true;
     };
     let digits = |p: &str| -> String { p.chars().take_while(char::is_ascii_digit).collect() };
-    let mut parts = after_tier.split('-');
+    // OpenRouter writes the version dotted: `claude-opus-4.6`.
+    let mut parts = after_tier.split(['-', '.']);
     let Some(major) = parts.next().and_then(|m| digits(m).parse::<u32>().ok()) else {
         return true;
     };
@@ -94,6 +97,9 @@ pub fn may_bill_regional_premium(upstream: &str) -> bool {
         .unwrap_or(0);
     (major, minor) >= (4, 6)
 }
+
+/// Model families of other vendors served behind Anthropic-compatible APIs.
+const OTHER_VENDORS: [&str; 6] = ["deepseek", "kimi", "moonshot", "glm", "minimax", "qwen"];
 
 /// The regional premium (`may_bill_regional_premium`), in hundredths: 1.1×.
 pub const REGIONAL_PERCENT: u32 = 110;
@@ -112,6 +118,15 @@ pub fn searches_by_itself(upstream: &str) -> bool {
         || words.first() == Some(&"sonar")
         || words.contains(&"search")
         || name.contains("deep-research")
+}
+
+/// Whether the model's searches are no flat fee a call: deep-research models choose
+/// how many searches to run (Perplexity bills each, and their citation tokens), and
+/// OpenRouter's `:online` puts the results in the prompt, past any input bound. No
+/// entry can make these a proof.
+pub fn searches_without_bound(upstream: &str) -> bool {
+    let name = family_name(upstream);
+    name.ends_with(":online") || name.contains("deep-research")
 }
 
 #[cfg(test)]
@@ -167,6 +182,14 @@ mod tests {
             assert!(searches_by_itself(name), "{name}");
         }
         for name in [
+            "o3-deep-research",
+            "sonar-deep-research",
+            "openai/gpt-5.6-sol:online",
+        ] {
+            assert!(searches_without_bound(name), "{name}");
+        }
+        assert!(!searches_without_bound("sonar-pro"));
+        for name in [
             "gpt-5.6-sol",
             "claude-opus-4-6",
             "gemini-2.5-flash",
@@ -189,7 +212,9 @@ mod tests {
             "claude-latest",
             "anthropic.claude-opus-4-6-v1:0",
             "claude-opus-4-6@20260205",
+            "anthropic/claude-opus-4.6",
             "my-claude-alias",
+            "opus",
         ] {
             assert!(may_bill_regional_premium(name), "{name}");
         }

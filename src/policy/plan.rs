@@ -543,10 +543,13 @@ impl Destination {
     }
 
     /// A model that searches the web on every call and bills each search beyond its
-    /// tokens (`family::searches_by_itself`), whose entry lists no fee for it: no
-    /// bound holds for it.
+    /// tokens (`family::searches_by_itself`), whose entry lists no fee for it, or one
+    /// whose searches no flat fee bounds (`family::searches_without_bound`): no bound
+    /// holds for it.
     pub fn unpriced_call_fee(&self) -> bool {
-        self.terms.fee_per_call.is_none() && super::family::searches_by_itself(&self.upstream_model)
+        let name = &self.upstream_model;
+        (self.terms.fee_per_call.is_none() && super::family::searches_by_itself(name))
+            || super::family::searches_without_bound(name)
     }
 
     /// An Anthropic-API model whose workspace may keep its inference in one region, at
@@ -737,12 +740,18 @@ impl Destination {
     /// The cost of a call with these token counts at this destination's prices, plain
     /// input and output (no breakdown is known): at the rates their count reaches
     /// (long context), with the regional premium where the model may be billed it, and
-    /// the fee per call. Replay's estimate of what the new plan would have billed.
+    /// the fee per call where tokens were billed (a call nobody billed has no fee).
+    /// Replay's estimate of what the new plan would have billed.
     pub fn cost(&self, input_tokens: u64, output_tokens: u64) -> Money {
         let r = self
             .rates(input_tokens, TierChoice::Standard)
             .regional(self.may_bill_regional_premium());
-        r.input.cost_of(input_tokens) + r.output.cost_of(output_tokens) + self.call_fee()
+        let fee = if input_tokens > 0 || output_tokens > 0 {
+            self.call_fee()
+        } else {
+            Money::ZERO
+        };
+        r.input.cost_of(input_tokens) + r.output.cost_of(output_tokens) + fee
     }
 }
 
@@ -929,6 +938,42 @@ mod tests {
             cache_write_per_mtok: None,
             terms: ModelTerms::default(),
         }
+    }
+
+    /// Replay's estimate of a call at a destination: the long-context rates its input
+    /// reaches, the regional premium where the model may be billed it, the fee.
+    #[test]
+    fn a_calls_estimated_cost_takes_every_rule_of_its_price() {
+        let price = |s: &str| PricePerMTok::new(s.parse().unwrap());
+        let plain = Destination {
+            input_per_mtok: price("1"),
+            output_per_mtok: price("2"),
+            ..named(Api::Openai, "m")
+        };
+        let m = |s: &str| s.parse::<Money>().unwrap();
+        assert_eq!(plain.cost(1_000, 100), m("0.0012"));
+        let long = Destination {
+            terms: ModelTerms {
+                long_context: Some(LongContext {
+                    above_input_tokens: 500,
+                    rates: Rates {
+                        input_per_mtok: price("2"),
+                        output_per_mtok: price("4"),
+                        cached_input_per_mtok: None,
+                    },
+                }),
+                fee_per_call: Some(m("0.01")),
+                ..ModelTerms::default()
+            },
+            ..plain.clone()
+        };
+        assert_eq!(long.cost(1_000, 100), m("0.0124"));
+        let claude = Destination {
+            api: Api::Anthropic,
+            upstream_model: "claude-opus-4-6".into(),
+            ..plain
+        };
+        assert_eq!(claude.cost(1_000, 100), m("0.00132"));
     }
 
     #[test]

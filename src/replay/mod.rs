@@ -539,6 +539,9 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
     };
     let output = shape.requested_output.unwrap_or(policy.max_output_tokens);
     let bounds_of = |d: &Destination| -> Result<TokenBounds, Unbounded> {
+        if strict && d.unpriced_call_fee() {
+            return Err(selection::unpriced_call_fee());
+        }
         // The shape records that media was sent, not its kinds: under a proof, only the
         // destination that bounded it before, or one that declares a bound for every
         // kind, can bound it.

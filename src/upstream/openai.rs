@@ -273,7 +273,11 @@ fn read(u: &Value, names: &Names) -> Usage {
         reasoning,
         // Audio input, billed at its own rate where the entry lists one.
         audio_input: count(u, &format!("/{}/audio_tokens", names.details[0])),
-        unpriced: unpriced_in(u, names.details),
+        // Perplexity's search work beside the tokens: billed apart, not priced here.
+        unpriced: unpriced_in(u, names.details)
+            || ["/citation_tokens", "/num_search_queries"]
+                .iter()
+                .any(|p| count(u, p).is_some_and(|n| n > 0)),
         ..Usage::default()
     }
 }

@@ -831,3 +831,19 @@ fn an_anthropic_streams_region_is_kept_at_its_dearest_reading() {
     let unsaid = crate::upstream::anthropic::usage(&json!({"input_tokens": 3, "output_tokens": 4}));
     assert_eq!(unsaid.geo, None);
 }
+
+/// Perplexity reports its search work beside the tokens (citation tokens, searches
+/// run), billed apart: the cost is marked estimated, never exact.
+#[test]
+fn search_work_beside_the_tokens_is_marked_unpriced() {
+    let u = |extra: Value| {
+        let mut v = json!({"prompt_tokens": 10, "completion_tokens": 20, "total_tokens": 30});
+        v.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        super::openai::usage_block(&v)
+    };
+    assert!(!u(json!({})).unpriced);
+    assert!(u(json!({"citation_tokens": 900})).unpriced);
+    assert!(u(json!({"num_search_queries": 3})).unpriced);
+}
