@@ -315,6 +315,20 @@ fn cache_rates_compile_and_a_malformed_one_is_an_error() {
     }
 }
 
+/// A policy `p` over `models`, held to a hard ceiling of 1 a request.
+fn hard_policy(models: &str) -> String {
+    format!(
+        "kind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [{models}]\njurisdictions: [us]\nceiling: {{ per_request: \"1\", mode: hard }}\nmax_output_tokens: 100\n",
+        sha(KEY)
+    )
+}
+
+/// One user message with `content` to `model`: the status, the request id and the body.
+async fn chat(g: &Gateway, model: &str, content: Value) -> (u16, String, Value) {
+    let (status, id, v) = g.chat_with(KEY, model, content).await;
+    (status, id.unwrap_or_default(), v)
+}
+
 /// Two classes vendors bill above plain input, over HTTP to the ledger: GPT-5.6's cache
 /// writes, which it makes by itself (no mark, no listed rate: at 1.25× input), and
 /// audio input at the entry's audio rate. An audio part to an entry without that rate
@@ -323,15 +337,28 @@ fn cache_rates_compile_and_a_malformed_one_is_an_error() {
 async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
     let g = common::start(|v| {
         vec![
-            provider(v, "o56", "openai", "gpt-5.6-sol", [Some("2"), Some("10"), None, None]),
-            provider(v, "au", "openai", "gpt-audio", [Some("2"), Some("10"), None, None])
-                + "    audio_input_per_mtok: \"40\"\n    media_tokens: { audio: 1000 }\n",
-            provider(v, "an", "openai", "gpt-audio-unpriced", [Some("2"), Some("10"), None, None])
-                + "    media_tokens: { audio: 1000 }\n",
-            format!(
-                "kind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [gpt-5.6-sol, gpt-audio, gpt-audio-unpriced]\njurisdictions: [us]\nceiling: {{ per_request: \"1\", mode: hard }}\nmax_output_tokens: 100\n",
-                sha(KEY)
+            provider(
+                v,
+                "o56",
+                "openai",
+                "gpt-5.6-sol",
+                [Some("2"), Some("10"), None, None],
             ),
+            provider(
+                v,
+                "au",
+                "openai",
+                "gpt-audio",
+                [Some("2"), Some("10"), None, None],
+            ) + "    audio_input_per_mtok: \"40\"\n    media_tokens: { audio: 1000 }\n",
+            provider(
+                v,
+                "an",
+                "openai",
+                "gpt-audio-unpriced",
+                [Some("2"), Some("10"), None, None],
+            ) + "    media_tokens: { audio: 1000 }\n",
+            hard_policy("gpt-5.6-sol, gpt-audio, gpt-audio-unpriced"),
         ]
     })
     .await;
@@ -345,14 +372,6 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
             .to_string(),
         )
     };
-    let post = |model: &str, content: Value| {
-        reqwest::Client::new()
-            .post(g.url("/v1/chat/completions"))
-            .bearer_auth(KEY)
-            .json(&json!({"model": model, "messages": [{"role": "user", "content": content}]}))
-            .send()
-    };
-    let text = json!("x".repeat(6000));
     g.vendors.script(
         "o56",
         vec![answer(
@@ -360,12 +379,8 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
             3000,
         )],
     );
-    let r = post("gpt-5.6-sol", text).await.unwrap();
-    assert_eq!(r.status(), 200);
-    let id = r.headers()["x-purser-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (status, id, _) = chat(&g, "gpt-5.6-sol", json!("x".repeat(6000))).await;
+    assert_eq!(status, 200);
     let a = attempt(&g, &id).await;
     // 1,000 plain × 2 + 2,000 written × 2.5 + 100 out × 10, per M; the proof priced
     // every input token at the write rate.
@@ -386,12 +401,8 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
             1200,
         )],
     );
-    let r = post("gpt-audio", audio.clone()).await.unwrap();
-    assert_eq!(r.status(), 200);
-    let id = r.headers()["x-purser-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (status, id, _) = chat(&g, "gpt-audio", audio.clone()).await;
+    assert_eq!(status, 200);
     let a = attempt(&g, &id).await;
     assert_eq!(
         money(&a["cost"]),
@@ -405,9 +416,8 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
         "{a}"
     );
 
-    let r = post("gpt-audio-unpriced", audio).await.unwrap();
-    assert_eq!(r.status(), 400);
-    let v: Value = r.json().await.unwrap();
+    let (status, _, v) = chat(&g, "gpt-audio-unpriced", audio).await;
+    assert_eq!(status, 400);
     assert_eq!(v["error"]["param"], "messages[0].content[1]", "{v}");
     assert!(
         v["error"]["message"]
@@ -428,26 +438,26 @@ async fn self_made_cache_writes_and_audio_reach_the_ledger_at_their_rates() {
 async fn a_model_that_searches_on_every_call_is_charged_its_fee() {
     let g = common::start(|v| {
         vec![
-            provider(v, "px", "openai", "sonar", [Some("1"), Some("1"), None, None]),
-            provider(v, "pf", "openai", "sonar-pro", [Some("3"), Some("15"), None, None])
-                + "    fee_per_call: \"0.014\"\n",
-            format!(
-                "kind: policy\nid: p\nclients:\n  - {{ id: c, key_sha256: \"{}\" }}\nmodels: [sonar, sonar-pro]\njurisdictions: [us]\nceiling: {{ per_request: \"1\", mode: hard }}\nmax_output_tokens: 100\n",
-                sha(KEY)
+            provider(
+                v,
+                "px",
+                "openai",
+                "sonar",
+                [Some("1"), Some("1"), None, None],
             ),
+            provider(
+                v,
+                "pf",
+                "openai",
+                "sonar-pro",
+                [Some("3"), Some("15"), None, None],
+            ) + "    fee_per_call: \"0.014\"\n",
+            hard_policy("sonar, sonar-pro"),
         ]
     })
     .await;
-    let post = |model: &str| {
-        reqwest::Client::new()
-            .post(g.url("/v1/chat/completions"))
-            .bearer_auth(KEY)
-            .json(&json!({"model": model, "messages": [{"role": "user", "content": "news?"}]}))
-            .send()
-    };
-    let r = post("sonar").await.unwrap();
-    assert_eq!(r.status(), 400);
-    let v: Value = r.json().await.unwrap();
+    let (status, _, v) = chat(&g, "sonar", json!("news?")).await;
+    assert_eq!(status, 400);
     assert_eq!(v["error"]["param"], "model", "{v}");
     assert!(
         v["error"]["message"]
@@ -459,12 +469,8 @@ async fn a_model_that_searches_on_every_call_is_charged_its_fee() {
     assert!(g.vendors.sent("px").is_empty());
 
     g.vendors.script("pf", vec![Script::Fixture("openai")]);
-    let r = post("sonar-pro").await.unwrap();
-    assert_eq!(r.status(), 200);
-    let id = r.headers()["x-purser-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (status, id, _) = chat(&g, "sonar-pro", json!("news?")).await;
+    assert_eq!(status, 200);
     let a = attempt(&g, &id).await;
     // The fixture's 12 in × 3 + 8 out × 15, per M, and the fee.
     let fee: Money = "0.014".parse().unwrap();
@@ -473,6 +479,7 @@ async fn a_model_that_searches_on_every_call_is_charged_its_fee() {
         cost(&[(12, "3"), (8, "15")]) + fee,
         "{a}"
     );
+    // (That the worst case holds the fee exactly once is `pricing`'s unit test.)
     assert!(money(&a["worst_case"]) >= cost(&[(100, "15")]) + fee, "{a}");
     common::money::quiesce_on(&g.ledger_db, 5).await;
     common::money::assert_money_invariants_on(&g.ledger_db, &g.vendors, &["px", "pf"]).await;

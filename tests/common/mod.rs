@@ -198,10 +198,20 @@ impl Gateway {
 
     /// POST a chat completion; returns status, request id and body.
     pub async fn chat(&self, key: &str, model: &str) -> (u16, Option<String>, Value) {
+        self.chat_with(key, model, Value::from("hello")).await
+    }
+
+    /// POST a chat completion of one user message with `content` (a string or parts).
+    pub async fn chat_with(
+        &self,
+        key: &str,
+        model: &str,
+        content: Value,
+    ) -> (u16, Option<String>, Value) {
         let r = reqwest::Client::new()
             .post(self.url("/v1/chat/completions"))
             .bearer_auth(key)
-            .json(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hello"}]}))
+            .json(&serde_json::json!({"model": model, "messages": [{"role": "user", "content": content}]}))
             .send()
             .await
             .unwrap();
