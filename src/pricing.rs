@@ -107,19 +107,9 @@ pub fn charge(dest: &Destination, usage: &Usage, bounds: TokenBounds) -> Charge 
     };
     // The regional premium where the answer says a region, or where it does not say
     // and the workspace may have picked one (a guess at what was billed).
-    let (regional, geo_guessed) = match usage.geo {
-        Some(InferenceGeo::Region) => (true, false),
-        Some(InferenceGeo::Anywhere) => (false, false),
-        None => (
-            dest.may_bill_regional_premium(),
-            dest.may_bill_regional_premium(),
-        ),
-    };
-    let rates = dest
-        .rates(usage.input.unwrap_or(bounds.input), tier)
-        .marked(bounds.cache_marked)
-        .with_audio(dest.terms.audio_input_per_mtok.filter(|_| bounds.audio))
-        .regional(regional);
+    let geo_guessed = usage.geo.is_none() && dest.may_bill_regional_premium();
+    let regional = usage.geo == Some(InferenceGeo::Region) || geo_guessed;
+    let rates = bounds.rates_at(dest, usage.input.unwrap_or(bounds.input), tier, regional);
     // The cache writes as reported. Not reported, they are unknown (priced below as a
     // part that may hide in the plain input) where the request asked for one (a mark)
     // or the API reports them whenever it bills them (Anthropic's: a missing count is

@@ -77,10 +77,28 @@ impl TokenBounds {
     /// arithmetic and the clamp all read these, so none can leave the mark or the
     /// premium out (the clamp once left the mark).
     pub fn rates(&self, d: &Destination) -> Applied {
-        d.rates(self.input, self.tier_choice())
+        self.rates_at(
+            d,
+            self.input,
+            self.tier_choice(),
+            d.may_bill_regional_premium(),
+        )
+    }
+
+    /// The rates of a call with these bounds on `d` billed for `input` tokens at `tier`,
+    /// with or without the regional premium: the worst case's (`rates`), or the
+    /// charge's, which reads the input, tier and region from the answer.
+    pub fn rates_at(
+        &self,
+        d: &Destination,
+        input: u64,
+        tier: TierChoice,
+        regional: bool,
+    ) -> Applied {
+        d.rates(input, tier)
             .marked(self.cache_marked)
             .with_audio(d.terms.audio_input_per_mtok.filter(|_| self.audio))
-            .regional(d.may_bill_regional_premium())
+            .regional(regional)
     }
 }
 

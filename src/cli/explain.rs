@@ -152,12 +152,12 @@ fn imagined_bounds(
         .saturating_add(req.messages.saturating_mul(overhead(d.api, Per::Message)))
         .saturating_add(overhead(d.api, Per::Request))
         .saturating_add(tools * (overhead(d.api, Per::Tool) + overhead(d.api, Per::ToolUsePrompt)));
-    let audio = req.parts.contains(&MediaKind::Audio);
+    let audio = req
+        .parts
+        .iter()
+        .any(|k| crate::upstream::bound::may_be_audio(d.api, Some(*k)));
     if audio && strict && d.terms.audio_input_per_mtok.is_none() {
-        return Err(Unbounded {
-            param: "audio part".into(),
-            what: "billed at the model's audio rate, which its entry does not declare (`audio_input_per_mtok`)".into(),
-        });
+        return Err(crate::upstream::bound::audio_unpriced("audio part".into()));
     }
     for (i, k) in req.parts.iter().enumerate() {
         let t = match (d.terms.media_tokens.get(*k), strict) {

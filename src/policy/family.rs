@@ -15,7 +15,7 @@ pub fn family_name(upstream: &str) -> String {
 }
 
 /// The leading `major[.minor]` of `v` (`5.6-sol` → (5, 6); `4o` → (4, 0)).
-fn version(v: &str) -> Option<(u32, u32)> {
+pub fn version(v: &str) -> Option<(u32, u32)> {
     let major_len = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let major = v[..major_len].parse().ok()?;
     let rest = &v[major_len..];

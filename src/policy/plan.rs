@@ -466,11 +466,7 @@ fn percent_of(rate: PricePerMTok, pct: u32) -> PricePerMTok {
 }
 
 fn times(rate: PricePerMTok, k: u32) -> PricePerMTok {
-    let v = rate.per_million().decimal();
-    PricePerMTok::new(
-        v.checked_mul(k.into())
-            .map_or(Money::new(rust_decimal::Decimal::MAX), Money::new),
-    )
+    percent_of(rate, k.saturating_mul(100))
 }
 
 impl Destination {
@@ -693,13 +689,8 @@ impl Destination {
         let o_digit = chars.next() == Some('o') && chars.next().is_some_and(|c| c.is_ascii_digit());
         let gpt_major = name
             .strip_prefix("gpt-")
-            .map(|v| {
-                v.chars()
-                    .take_while(char::is_ascii_digit)
-                    .collect::<String>()
-            })
-            .and_then(|v| v.parse::<u32>().ok())
-            .is_some_and(|major| major >= 5);
+            .and_then(super::family::version)
+            .is_some_and(|(major, _)| major >= 5);
         if o_digit || gpt_major {
             CapField::MaxCompletionTokens
         } else {

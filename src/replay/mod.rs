@@ -21,7 +21,7 @@ pub use render::{markdown, text};
 use crate::ledger::Shape;
 use crate::ledger::recorded::{Recorded, Sent};
 use crate::money::Money;
-use crate::policy::plan::{Api, Destination, Plan, Policy};
+use crate::policy::plan::{Destination, Plan, Policy};
 use crate::selection::{self, Refusal, Selected, TierAsk, TokenBounds, Unbounded};
 
 /// What the new plan does with one request.
@@ -546,7 +546,8 @@ pub fn decide(policy: &Policy, model: &str, shape: &Shape, before: Option<&Sent>
         // destination that bounded it before, or one that declares a bound for every
         // kind, can bound it.
         // A part of unknown kind may be audio, which needs its rate where audio is taken.
-        let audio_unpriced = d.api != Api::Anthropic && d.terms.audio_input_per_mtok.is_none();
+        let audio_unpriced = crate::upstream::bound::may_be_audio(d.api, None)
+            && d.terms.audio_input_per_mtok.is_none();
         if strict
             && shape.media
             && !went_there(d)

@@ -408,10 +408,12 @@ fn media_sent(api: Api, req: &ChatRequest) -> Vec<Media> {
     }
 }
 
-/// A part `api` may bill at the audio rate: audio, or one of a kind purser cannot tell;
-/// on Gemini a video too (its soundtrack is counted as audio). Anthropic takes no audio.
-fn may_be_audio(api: Api, m: &Media) -> bool {
-    match (api, m.kind) {
+/// Whether a part of `kind` (`None`: one purser cannot tell) may be billed by `api` at
+/// the audio rate: audio, or a part of unknown kind; on Gemini a video too (its
+/// soundtrack is counted as audio). Anthropic takes no audio. The gateway, `explain`
+/// and replay all ask this.
+pub fn may_be_audio(api: Api, kind: Option<MediaKind>) -> bool {
+    match (api, kind) {
         (Api::Anthropic, _) => false,
         (_, Some(MediaKind::Audio) | None) | (Api::Gemini, Some(MediaKind::Video)) => true,
         (Api::Openai, Some(MediaKind::Video)) | (_, Some(MediaKind::Image | MediaKind::File)) => {
@@ -427,7 +429,15 @@ pub fn sends_audio(dest: &Destination, req: &ChatRequest) -> bool {
     dest.terms.audio_input_per_mtok.is_some()
         && media_sent(dest.api, req)
             .iter()
-            .any(|m| may_be_audio(dest.api, m))
+            .any(|m| may_be_audio(dest.api, m.kind))
+}
+
+/// Why a part that may be audio has no bound at a destination that lists no audio rate.
+pub fn audio_unpriced(param: String) -> Unbounded {
+    Unbounded {
+        what: "an audio part (or one that may be audio) is billed at the model's audio rate, which its entry does not declare (`audio_input_per_mtok`)".into(),
+        param,
+    }
 }
 
 /// The input-token bound of sending `req` to `dest`: the translated body's bytes
@@ -443,14 +453,11 @@ pub fn input_tokens(
         // Audio is billed at a rate of its own, above text: without it in the table no
         // count of audio tokens bounds the cost (a part of a kind purser cannot tell
         // may be audio).
-        if may_be_audio(api, &m)
+        if may_be_audio(api, m.kind)
             && undeclared == Undeclared::Refuse
             && dest.terms.audio_input_per_mtok.is_none()
         {
-            return Err(Unbounded {
-                what: "an audio part (or one that may be audio) is billed at the model's audio rate, which its entry does not declare (`audio_input_per_mtok`)".into(),
-                param: m.param,
-            });
+            return Err(audio_unpriced(m.param));
         }
         let declared = dest.terms.media_tokens.bound(m.kind);
         let tokens = match (declared, undeclared) {
